@@ -1,0 +1,42 @@
+#include <cstdio>
+
+#include "args.h"
+#include "common/error.h"
+#include "modelgen/make_model.h"
+#include "modelgen/presets.h"
+
+namespace kimi::cli {
+
+int run_make_model(int argc, char** argv) {
+  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size"}, {"help"});
+  if (a.has("help") || a.positionals().size() != 1) {
+    std::printf(
+        "usage: kimi make-model OUT_DIR [--preset tiny|small] [--seed N] [--dtype bf16|f16|f32]\n"
+        "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n\n"
+        "Writes a Hugging Face checkpoint directory of the Kimi-K2.5 architecture and layout with\n"
+        "deterministic random weights (same seed, same bytes).\n");
+    return a.has("help") ? 0 : 1;
+  }
+  MakeModelOptions o;
+  o.preset = a.get("preset", "tiny");
+  o.seed = uint64_t(a.get_int("seed", 0));
+  const std::string dtype = a.get("dtype", "bf16");
+  if (dtype == "bf16") o.dtype = DType::BF16;
+  else if (dtype == "f16") o.dtype = DType::F16;
+  else if (dtype == "f32") o.dtype = DType::F32;
+  else throw Error("--dtype must be bf16, f16 or f32");
+  const std::string form = a.get("form", "kimi-k25");
+  if (form == "kimi-k25") o.form = CheckpointForm::KimiK25;
+  else if (form == "deepseek-v3") o.form = CheckpointForm::DeepseekV3;
+  else throw Error("--form must be kimi-k25 or deepseek-v3");
+  const int64_t shard = a.get_int("max-shard-size", int64_t(o.max_shard_bytes));
+  if (shard <= 0) throw Error("--max-shard-size must be positive");
+  o.max_shard_bytes = size_t(shard);
+
+  const MakeModelResult r = make_model(a.positionals()[0], o);
+  std::printf("wrote %s: preset %s, %lld tensors, %.1f M parameters, %.1f MB\n", a.positionals()[0].c_str(),
+              o.preset.c_str(), (long long)r.num_tensors, double(r.num_parameters) / 1e6, double(r.bytes) / 1e6);
+  return 0;
+}
+
+}  // namespace kimi::cli

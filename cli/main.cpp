@@ -1,0 +1,49 @@
+// `kimi`: one binary, one subcommand per job (as `vllm serve|bench`, `llama-cli|llama-bench`).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "args.h"
+#include "common/error.h"
+
+namespace {
+
+void usage() {
+  std::printf(
+      "kimi " KIMI_VERSION " - inference engine for Kimi-K2.5 / DeepSeek-V3 models\n\n"
+      "usage: kimi <command> [options]\n\n"
+      "commands:\n"
+      "  make-model OUT_DIR   write a checkpoint of the Kimi-K2.5 layout with random weights\n"
+      "  generate             run a prompt through a model and print the continuation\n"
+      "  bench latency        time prefill and decode, as fractions of this machine's limits\n\n"
+      "Run 'kimi <command> --help' for a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage();
+    return argc < 2 ? 1 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "make-model") return kimi::cli::run_make_model(argc, argv);
+    if (cmd == "generate") return kimi::cli::run_generate(argc, argv);
+    if (cmd == "bench") return kimi::cli::run_bench(argc, argv);
+    if (cmd == "--version" || cmd == "version") {
+      std::printf("kimi %s\n", KIMI_VERSION);
+      return 0;
+    }
+    std::fprintf(stderr, "kimi: unknown command '%s'\n\n", cmd.c_str());
+    usage();
+    return 1;
+  } catch (const kimi::Error& e) {
+    std::fprintf(stderr, "kimi %s: error: %s\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kimi %s: internal error: %s\n", cmd.c_str(), e.what());
+    return 3;
+  }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian 12 machine: install, then build and run every test
+# twice, in Release and under AddressSanitizer + UndefinedBehaviorSanitizer.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc)
+"$root/scripts/install-deps.sh"
+status=0
+for config in release asan; do
+  dir="$root/build-test-$config"
+  flags=(-DCMAKE_BUILD_TYPE=Release -DKIMI_BUILD_BENCH=OFF)
+  [ "$config" = asan ] && flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIMI_SANITIZE=ON -DKIMI_BUILD_BENCH=OFF)
+  echo "=== $config: build"
+  cmake -S "$root" -B "$dir" "${flags[@]}" >/dev/null
+  cmake --build "$dir" -j"$jobs"
+  echo "=== $config: test"
+  (cd "$dir" && ctest -j"$jobs" --output-on-failure) || status=1
+done
+exit $status

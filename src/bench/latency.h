@@ -1,0 +1,35 @@
+#pragma once
+// `kimi bench latency`: one sequence, prefill of input_len random tokens then output_len greedy
+// decode steps, timed separately. Each figure is also given as a fraction of a limit measured in
+// the same run: decode against memory read bandwidth (bytes of active weights + KV read per
+// token), prefill against the peak of the matmul kernel.
+#include <cstdint>
+#include <string>
+
+#include "model/model.h"
+
+namespace kimi {
+
+struct LatencyOptions {
+  int64_t input_len = 128;
+  int64_t output_len = 64;
+  int iterations = 3;  // best of
+  uint64_t seed = 0;
+  bool measure_limits = true;
+};
+
+struct LatencyResult {
+  double prefill_seconds = 0, decode_seconds = 0;  // best iteration
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+  double decode_bytes_per_token = 0;   // weights + mean KV read
+  double prefill_flops_per_token = 0;  // 2 x active parameters (matmuls only)
+  double read_bandwidth = 0;           // bytes/s, measured
+  double matmul_peak_flops = 0;        // FLOP/s, measured
+  double decode_roofline_fraction = 0;
+  double prefill_roofline_fraction = 0;
+};
+
+LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
+std::string format_latency_report(const Model& model, const LatencyOptions& options, const LatencyResult& r);
+
+}  // namespace kimi

@@ -1,0 +1,55 @@
+#pragma once
+// A fixed pool of worker threads for data-parallel kernels. The calling thread takes part in
+// every parallel_for, so a pool of N threads runs N-1 workers. A parallel_for that finds the pool
+// busy (called from inside one of its own chunks, or from another thread while a job runs, e.g.
+// the chunks of another pool) runs all of its work on the calling thread instead of waiting:
+// that can neither deadlock nor disturb the running job. An exception thrown by fn stops the
+// remaining chunks and is rethrown by parallel_for once every thread has left the job.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace kimi {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);  // <= 0: hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Calls fn(begin, end) over disjoint chunks covering [0, n), each of at least `grain` items
+  // (except the last), spread over all threads; returns when all chunks are done.
+  template <class Fn>
+  void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
+    run(n, grain, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Fn*>(ctx))(b, e); }, &fn);
+  }
+
+ private:
+  using ChunkFn = void (*)(void*, int64_t, int64_t);
+  void run(int64_t n, int64_t grain, ChunkFn fn, void* ctx);
+  void worker_loop();
+  void work_on_current_job();
+
+  std::vector<std::jthread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_, cv_done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  int active_ = 0;
+  // The current job; published under mu_ before workers are woken.
+  ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  std::exception_ptr error_;  // first exception of the current job, under mu_
+  std::atomic<bool> busy_{false};  // a job is being run (by exactly one caller)
+};
+
+}  // namespace kimi

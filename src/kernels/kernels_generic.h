@@ -1,0 +1,473 @@
+#pragma once
+// Kernel bodies written once against a small "vector traits" interface and instantiated by each
+// ISA's source file (kernels_scalar.cpp, kernels_avx2.cpp, kernels_avx512.cpp) with its own
+// compiler flags. A traits type `Tr` provides:
+//   V, kLanes                         the vector type and its f32 lane count
+//   kGemvUnroll                       column-loop unroll of the n == 1 kernel (more accumulators)
+//   kPrefetch                         whether to prefetch weights coming from DRAM (SIMD only:
+//                                     the scalar loop is far slower than memory anyway)
+//   kGemmRows, kGemmTokens            register tile of the n > 1 kernel (rows x tokens)
+//   kPairTokens                       tokens of the n > 1 BF16 tile when kBf16Pairs
+//   kUntransTokens, kUntransVectors   register tile of matmul_untransposed (tokens x vectors)
+//   zero(), set1(a), add(a, b), fma(a, b, c) = a * b + c, reduce(v) = sum of lanes,
+//   reduce4(a, b, c, d, out)          out[0..4) = reduce(a), ..., reduce(d)
+//   load_x(p), load_x_tail(p, len), store(p, v), store_tail(p, v, len)   f32, len < kLanes
+//   load_w<D>(row, k), load_w_tail<D>(row, k, len)   elements [k, k + kLanes) of a weight row
+//                                                    of dtype D, converted to f32
+//   kBf16Pairs                        whether the BF16 GEMM uses dot_tile_bf16_pairs, then also:
+//   VI, load_bf16_raw(row, k), load_bf16_raw_tail(row, k, len < 2 kLanes)   2 kLanes bf16
+//   bf16_even(raw), bf16_odd(raw)     their even / odd elements as f32
+//   deinterleave_x(src, len <= 2 kLanes, dst)   dst = kLanes even then kLanes odd of src[0, len),
+//                                               zero-padded
+//
+// Everything is in an anonymous namespace on purpose: instantiations then have internal linkage,
+// so the linker can never fold an AVX-512 copy of a function into code that runs on a CPU
+// without AVX-512. For the same reason this header uses no out-of-line standard-library code.
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "common/dtype.h"
+#include "kernels/kernels_impl.h"
+#include "kernels/matmul.h"
+
+namespace kimi::kernels {
+namespace {
+
+// Bytes per weight of the dtypes the kernels read (F32, F16, BF16).
+template <DType D>
+constexpr size_t kElemBytes = D == DType::F32 ? 4 : 2;
+
+constexpr int64_t min_i64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// ---------------------------------------------------------------------------------------------
+// matmul: y[n, rows] = x[n, cols] . W^T
+
+// Many row tiles share each block of tokens (x stays in L1) and many token blocks share each
+// chunk of rows (W stays in L2); kColBlock bounds the x block: 6 tokens x 1024 f32 = 24 KiB.
+constexpr int64_t kRowChunk = 128;
+constexpr int64_t kColBlock = 1024;
+// Software prefetch distance, per weight row (12 lines; 512-1024 measured alike).
+constexpr int64_t kPrefetchAhead = 768;
+
+struct TileArgs {
+  const std::byte* w;  // first row of the tile
+  size_t row_bytes;
+  const float* x;  // first token of the tile (or, for a packed tile, its packed x block)
+  int64_t ldx;
+  int64_t k0, k1;  // column range
+  float* y;        // y[t * ldy + r] for the tile's tokens t and rows r
+  int64_t ldy;
+  bool accumulate;  // add to y (a later column block) instead of overwriting it
+  bool prefetch;    // this pass reads the tile's weights from DRAM: prefetch them
+};
+
+// Streaming W from DRAM, the hardware prefetchers alone keep too few lines in flight per core
+// for these instruction-heavy loops (bf16 widening): prefetching each row kPrefetchAhead bytes
+// ahead measured +15-20% for the GEMV. Called once per `step_bytes` of each row, and only for
+// lines inside [k0, k1) (beyond that, the next column block is read much later).
+template <int R>
+inline void prefetch_rows(const std::byte* const (&rows)[R], int64_t byte_pos, int64_t byte_end,
+                          int64_t step_bytes) {
+  for (int64_t b = kPrefetchAhead; b < kPrefetchAhead + step_bytes; b += 64) {
+    if (byte_pos + b >= byte_end) return;
+    for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + byte_pos + b, 0, 3);
+  }
+}
+
+// Reduces the tile's accumulators and writes (or adds) them to y. Groups of four rows are
+// reduced together (their sums are contiguous in y): about a third of the work of reducing
+// each vector alone, which matters because a tile is reduced once per column block.
+template <class Tr, int R, int T>
+void store_tile(const typename Tr::V (&acc)[R][T], const TileArgs& a) {
+  for (int t = 0; t < T; ++t) {
+    float* dst = a.y + t * a.ldy;
+    int r = 0;
+    for (; r + 4 <= R; r += 4) {
+      float s[4];
+      Tr::reduce4(acc[r][t], acc[r + 1][t], acc[r + 2][t], acc[r + 3][t], s);
+      for (int i = 0; i < 4; ++i) dst[r + i] = a.accumulate ? dst[r + i] + s[i] : s[i];
+    }
+    for (; r < R; ++r) {
+      const float v = Tr::reduce(acc[r][t]);
+      dst[r] = a.accumulate ? dst[r] + v : v;
+    }
+  }
+}
+
+// The register tile: R rows x T tokens of dot products over columns [k0, k1). Each weight vector
+// is loaded and converted once and used for T tokens; each x vector is used for R rows; U
+// independent accumulator sets hide the FMA latency when R * T alone is too small for that.
+template <class Tr, DType D, int R, int T, int U>
+void dot_tile(const TileArgs& a) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  constexpr int64_t kElem = kElemBytes<D>;
+  V acc[U][R][T];
+  for (int u = 0; u < U; ++u)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[u][r][t] = Tr::zero();
+  const std::byte* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = a.w + size_t(r) * a.row_bytes;
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = a.x + t * a.ldx;
+
+  int64_t k = a.k0;
+  for (; k + U * L <= a.k1; k += U * L) {
+    if (a.prefetch) prefetch_rows<R>(rows, k * kElem, a.k1 * kElem, U * L * kElem);
+    for (int u = 0; u < U; ++u) {
+      V xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(xs[t] + k + u * L);
+      for (int r = 0; r < R; ++r) {
+        const V wv = Tr::template load_w<D>(rows[r], k + u * L);
+        for (int t = 0; t < T; ++t) acc[u][r][t] = Tr::fma(wv, xv[t], acc[u][r][t]);
+      }
+    }
+  }
+  if constexpr (U > 1) {
+    for (; k + L <= a.k1; k += L) {
+      V xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(xs[t] + k);
+      for (int r = 0; r < R; ++r) {
+        const V wv = Tr::template load_w<D>(rows[r], k);
+        for (int t = 0; t < T; ++t) acc[0][r][t] = Tr::fma(wv, xv[t], acc[0][r][t]);
+      }
+    }
+  }
+  if (k < a.k1) {  // ragged end: partial vectors, zero-filled
+    const int len = int(a.k1 - k);
+    V xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = Tr::load_x_tail(xs[t] + k, len);
+    for (int r = 0; r < R; ++r) {
+      const V wv = Tr::template load_w_tail<D>(rows[r], k, len);
+      for (int t = 0; t < T; ++t) acc[0][r][t] = Tr::fma(wv, xv[t], acc[0][r][t]);
+    }
+  }
+
+  V sum[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) {
+      sum[r][t] = acc[0][r][t];
+      for (int u = 1; u < U; ++u) sum[r][t] = Tr::add(sum[r][t], acc[u][r][t]);
+    }
+  store_tile<Tr, R, T>(sum, a);
+}
+
+// The BF16 tile of the GEMM, with half the conversion work of dot_tile: 2L bf16 weights are
+// loaded as L 32-bit pairs, and one shift (even columns) or one mask (odd columns) turns them
+// into f32, where widening costs two instructions per L weights. The x block must be packed to
+// match (pack_x_pairs): for each 2L columns, the L even ones, then the L odd ones, zero-padded.
+template <class Tr, int R, int T>
+void dot_tile_bf16_pairs(const TileArgs& a) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  constexpr int64_t L = Tr::kLanes;
+  V acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = Tr::zero();
+  const std::byte* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = a.w + size_t(r) * a.row_bytes;
+
+  // Both halves use the same raw pairs; reloading them (an L1 hit) keeps register pressure at
+  // R * T accumulators + T x + 1 weight.
+  const auto step = [&](int64_t j, auto&& load_raw) {
+    for (int half = 0; half < 2; ++half) {
+      V xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(a.x + t * a.ldx + j + half * L);
+      for (int r = 0; r < R; ++r) {
+        const VI raw = load_raw(rows[r]);
+        const V wv = half == 0 ? Tr::bf16_even(raw) : Tr::bf16_odd(raw);
+        for (int t = 0; t < T; ++t) acc[r][t] = Tr::fma(wv, xv[t], acc[r][t]);
+      }
+    }
+  };
+  const int64_t len = a.k1 - a.k0;
+  int64_t j = 0;
+  for (; j + 2 * L <= len; j += 2 * L) {
+    if (a.prefetch) prefetch_rows<R>(rows, (a.k0 + j) * 2, a.k1 * 2, 2 * L * 2);
+    step(j, [&](const std::byte* row) { return Tr::load_bf16_raw(row, a.k0 + j); });
+  }
+  if (j < len) {
+    const int tail = int(len - j);
+    step(j, [&](const std::byte* row) { return Tr::load_bf16_raw_tail(row, a.k0 + j, tail); });
+  }
+  store_tile<Tr, R, T>(acc, a);
+}
+
+// Packs x[t][k0, k1) of `tokens` tokens for dot_tile_bf16_pairs into xp[t * ldp + j].
+template <class Tr>
+void pack_x_pairs(const float* x, int64_t ldx, int tokens, int64_t k0, int64_t k1, float* xp,
+                  int64_t ldp) {
+  constexpr int64_t L2 = 2 * Tr::kLanes;
+  for (int t = 0; t < tokens; ++t)
+    for (int64_t j = 0; k0 + j < k1; j += L2)
+      Tr::deinterleave_x(x + t * ldx + k0 + j, int(min_i64(L2, k1 - k0 - j)), xp + t * ldp + j);
+}
+
+template <class Tr, DType D, int U>
+struct PlainTile {
+  template <int R, int T>
+  static void run(const TileArgs& a) {
+    dot_tile<Tr, D, R, T, U>(a);
+  }
+};
+template <class Tr>
+struct Bf16PairTile {
+  template <int R, int T>
+  static void run(const TileArgs& a) {
+    dot_tile_bf16_pairs<Tr, R, T>(a);
+  }
+};
+
+// Runtime (rows, tokens) of a ragged tile -> the matching compile-time instantiation.
+template <class Tile, int R, int... Ts>
+void dispatch_tokens(int tokens, const TileArgs& a, std::integer_sequence<int, Ts...>) {
+  (void)((tokens == Ts + 1 && (Tile::template run<R, Ts + 1>(a), true)) || ...);
+}
+template <class Tile, int MaxT, int... Rs>
+void dispatch_tile(int rows, int tokens, const TileArgs& a, std::integer_sequence<int, Rs...>) {
+  (void)((rows == Rs + 1 &&
+          (dispatch_tokens<Tile, Rs + 1>(tokens, a, std::make_integer_sequence<int, MaxT>{}),
+           true)) ||
+         ...);
+}
+template <class Tile, int MaxR, int MaxT>
+void run_tile(int rows, int tokens, const TileArgs& a) {
+  if (rows == MaxR && tokens == MaxT)
+    Tile::template run<MaxR, MaxT>(a);
+  else
+    dispatch_tile<Tile, MaxT>(rows, tokens, a, std::make_integer_sequence<int, MaxR>{});
+}
+
+template <class Tr, DType D>
+void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0,
+                       int64_t r1) {
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const size_t row_bytes = size_t(w.cols) * kElemBytes<D>;
+  const int64_t cols = w.cols, ldy = w.rows;
+  if (cols == 0) {
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t r = r0; r < r1; ++r) y[t * ldy + r] = 0.0f;
+    return;
+  }
+
+  if (n == 1) {
+    // Decode GEMV, bound by streaming W: 4 rows at a time share every x load, each row is one
+    // sequential stream for the prefetchers, no column blocking.
+    constexpr int R = 4;
+    using Tile = PlainTile<Tr, D, Tr::kGemvUnroll>;
+    for (int64_t r = r0; r < r1; r += R)
+      run_tile<Tile, R, 1>(int(min_i64(R, r1 - r)), 1,
+                           {base + size_t(r) * row_bytes, row_bytes, x, cols, 0, cols, y + r, ldy,
+                            false, Tr::kPrefetch});
+    return;
+  }
+
+  // Prefill GEMM, meant to be compute-bound: a chunk of rows x a block of columns is swept by
+  // every token block, and inside it every row tile reuses the token block's x from L1.
+  constexpr bool kPairs = D == DType::BF16 && Tr::kBf16Pairs;
+  constexpr int R = Tr::kGemmRows, T = kPairs ? Tr::kPairTokens : Tr::kGemmTokens;
+  constexpr int64_t kPad = 2 * Tr::kLanes;
+  // The packed x block of the BF16 tile (unused otherwise): T x kColBlock floats on the stack.
+  alignas(64) float packed[kPairs ? T * kColBlock : 1];
+  for (int64_t rc = r0; rc < r1; rc += kRowChunk) {
+    const int64_t rc_end = min_i64(r1, rc + kRowChunk);
+    for (int64_t kc = 0; kc < cols;) {
+      // Split the columns into near-equal blocks so that no block is a sliver.
+      const int64_t blocks_left = (cols - kc + kColBlock - 1) / kColBlock;
+      const int64_t kc_end = kc + (cols - kc + blocks_left - 1) / blocks_left;
+      const int64_t ldp = (kc_end - kc + kPad - 1) / kPad * kPad;  // <= kColBlock
+      for (int64_t t0 = 0; t0 < n; t0 += T) {
+        const int tokens = int(min_i64(T, n - t0));
+        if constexpr (kPairs) pack_x_pairs<Tr>(x + t0 * cols, cols, tokens, kc, kc_end, packed, ldp);
+        for (int64_t r = rc; r < rc_end; r += R) {
+          const int rows = int(min_i64(R, rc_end - r));
+          const std::byte* wr = base + size_t(r) * row_bytes;
+          float* yr = y + t0 * ldy + r;
+          // The first token block brings this chunk's weights from memory, the others from L2.
+          const bool prefetch = Tr::kPrefetch && t0 == 0;
+          if constexpr (kPairs)
+            run_tile<Bf16PairTile<Tr>, R, T>(
+                rows, tokens,
+                {wr, row_bytes, packed, ldp, kc, kc_end, yr, ldy, kc > 0, prefetch});
+          else
+            run_tile<PlainTile<Tr, D, 1>, R, T>(
+                rows, tokens,
+                {wr, row_bytes, x + t0 * cols, cols, kc, kc_end, yr, ldy, kc > 0, prefetch});
+        }
+      }
+      kc = kc_end;
+    }
+  }
+}
+
+template <class Tr>
+void matmul_rows(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t r0,
+                 int64_t r1) {
+  switch (w.dtype) {
+    case DType::BF16: return matmul_rows_typed<Tr, DType::BF16>(w, x, n, y, r0, r1);
+    case DType::F16: return matmul_rows_typed<Tr, DType::F16>(w, x, n, y, r0, r1);
+    case DType::F32: return matmul_rows_typed<Tr, DType::F32>(w, x, n, y, r0, r1);
+    default: return;  // rejected by the caller
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// matmul_untransposed: y[n, cols] = x[n, rows] . W
+
+// A strip of S vectors of columns for T tokens, accumulated down all rows: every converted
+// weight vector is used by T tokens, every broadcast x by S vectors. With kTail the strip's last
+// vector is partial (tail_len lanes).
+template <class Tr, DType D, int T, int S, bool kTail>
+void untransposed_strip(const WeightMatrix& w, const float* x, int64_t c, int tail_len,
+                        float* y) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const auto* base = static_cast<const std::byte*>(w.data);
+  const size_t row_bytes = size_t(w.cols) * kElemBytes<D>;
+  V acc[T][S];
+  for (int t = 0; t < T; ++t)
+    for (int s = 0; s < S; ++s) acc[t][s] = Tr::zero();
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const std::byte* row = base + size_t(r) * row_bytes;
+    V wv[S];
+    for (int s = 0; s < S; ++s)
+      wv[s] = (kTail && s == S - 1) ? Tr::template load_w_tail<D>(row, c + s * L, tail_len)
+                                    : Tr::template load_w<D>(row, c + s * L);
+    for (int t = 0; t < T; ++t) {
+      const V xb = Tr::set1(x[t * w.rows + r]);
+      for (int s = 0; s < S; ++s) acc[t][s] = Tr::fma(xb, wv[s], acc[t][s]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int s = 0; s < S; ++s) {
+      float* dst = y + t * w.cols + c + s * L;
+      if (kTail && s == S - 1)
+        Tr::store_tail(dst, acc[t][s], tail_len);
+      else
+        Tr::store(dst, acc[t][s]);
+    }
+}
+
+template <class Tr, DType D, int T>
+void untransposed_tokens(const WeightMatrix& w, const float* x, float* y) {
+  constexpr int64_t L = Tr::kLanes;
+  constexpr int S = Tr::kUntransVectors;
+  int64_t c = 0;
+  for (; c + S * L <= w.cols; c += S * L) untransposed_strip<Tr, D, T, S, false>(w, x, c, 0, y);
+  for (; c + L <= w.cols; c += L) untransposed_strip<Tr, D, T, 1, false>(w, x, c, 0, y);
+  if (c < w.cols) untransposed_strip<Tr, D, T, 1, true>(w, x, c, int(w.cols - c), y);
+}
+
+template <class Tr, DType D, int... Ts>
+void untransposed_dispatch(int tokens, const WeightMatrix& w, const float* x, float* y,
+                           std::integer_sequence<int, Ts...>) {
+  (void)((tokens == Ts + 1 && (untransposed_tokens<Tr, D, Ts + 1>(w, x, y), true)) || ...);
+}
+
+template <class Tr, DType D>
+void matmul_untransposed_typed(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+  constexpr int T = Tr::kUntransTokens;
+  for (int64_t t0 = 0; t0 < n; t0 += T) {
+    const int tokens = int(min_i64(T, n - t0));
+    untransposed_dispatch<Tr, D>(tokens, w, x + t0 * w.rows, y + t0 * w.cols,
+                                 std::make_integer_sequence<int, T>{});
+  }
+}
+
+template <class Tr>
+void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+  switch (w.dtype) {
+    case DType::BF16: return matmul_untransposed_typed<Tr, DType::BF16>(w, x, n, y);
+    case DType::F16: return matmul_untransposed_typed<Tr, DType::F16>(w, x, n, y);
+    case DType::F32: return matmul_untransposed_typed<Tr, DType::F32>(w, x, n, y);
+    default: return;  // rejected by the caller
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversions and vector primitives
+
+template <class Tr, DType D>
+void convert_typed(const void* src, float* dst, int64_t n) {
+  constexpr int64_t L = Tr::kLanes;
+  const auto* s = static_cast<const std::byte*>(src);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) Tr::store(dst + i, Tr::template load_w<D>(s, i));
+  if (i < n) Tr::store_tail(dst + i, Tr::template load_w_tail<D>(s, i, int(n - i)), int(n - i));
+}
+
+template <class Tr>
+void convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t n) {
+  switch (src_dtype) {
+    case DType::BF16: return convert_typed<Tr, DType::BF16>(src, dst, n);
+    case DType::F16: return convert_typed<Tr, DType::F16>(src, dst, n);
+    case DType::F32: return convert_typed<Tr, DType::F32>(src, dst, n);
+    default: return;  // rejected by the caller
+  }
+}
+
+template <class Tr>
+float dot(const float* a, const float* b, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  // Four accumulators: a single one would make the loop wait on the add latency.
+  V acc0 = Tr::zero(), acc1 = Tr::zero(), acc2 = Tr::zero(), acc3 = Tr::zero();
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    acc0 = Tr::fma(Tr::load_x(a + i), Tr::load_x(b + i), acc0);
+    acc1 = Tr::fma(Tr::load_x(a + i + L), Tr::load_x(b + i + L), acc1);
+    acc2 = Tr::fma(Tr::load_x(a + i + 2 * L), Tr::load_x(b + i + 2 * L), acc2);
+    acc3 = Tr::fma(Tr::load_x(a + i + 3 * L), Tr::load_x(b + i + 3 * L), acc3);
+  }
+  for (; i + L <= n; i += L) acc0 = Tr::fma(Tr::load_x(a + i), Tr::load_x(b + i), acc0);
+  if (i < n) {
+    const int len = int(n - i);
+    acc1 = Tr::fma(Tr::load_x_tail(a + i, len), Tr::load_x_tail(b + i, len), acc1);
+  }
+  return Tr::reduce(Tr::add(Tr::add(acc0, acc1), Tr::add(acc2, acc3)));
+}
+
+template <class Tr>
+float sum(const float* a, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  V acc0 = Tr::zero(), acc1 = Tr::zero(), acc2 = Tr::zero(), acc3 = Tr::zero();
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    acc0 = Tr::add(acc0, Tr::load_x(a + i));
+    acc1 = Tr::add(acc1, Tr::load_x(a + i + L));
+    acc2 = Tr::add(acc2, Tr::load_x(a + i + 2 * L));
+    acc3 = Tr::add(acc3, Tr::load_x(a + i + 3 * L));
+  }
+  for (; i + L <= n; i += L) acc0 = Tr::add(acc0, Tr::load_x(a + i));
+  if (i < n) acc1 = Tr::add(acc1, Tr::load_x_tail(a + i, int(n - i)));
+  return Tr::reduce(Tr::add(Tr::add(acc0, acc1), Tr::add(acc2, acc3)));
+}
+
+template <class Tr>
+void axpy(float* y, float a, const float* x, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const V av = Tr::set1(a);
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    Tr::store(y + i, Tr::fma(av, Tr::load_x(x + i), Tr::load_x(y + i)));
+    Tr::store(y + i + L, Tr::fma(av, Tr::load_x(x + i + L), Tr::load_x(y + i + L)));
+  }
+  for (; i + L <= n; i += L) Tr::store(y + i, Tr::fma(av, Tr::load_x(x + i), Tr::load_x(y + i)));
+  if (i < n) {
+    const int len = int(n - i);
+    Tr::store_tail(y + i, Tr::fma(av, Tr::load_x_tail(x + i, len), Tr::load_x_tail(y + i, len)),
+                   len);
+  }
+}
+
+template <class Tr>
+constexpr KernelTable make_table(Isa isa) {
+  return KernelTable{isa, &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
+                     &dot<Tr>, &axpy<Tr>, &sum<Tr>};
+}
+
+}  // namespace
+}  // namespace kimi::kernels

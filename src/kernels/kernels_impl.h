@@ -1,0 +1,38 @@
+#pragma once
+// Internal to src/kernels: the per-ISA kernel entry points and their run-time selection.
+// Each ISA's table lives in a source file compiled with that ISA's flags (kernels_scalar.cpp,
+// kernels_avx2.cpp, kernels_avx512.cpp); callers must only use a table the CPU supports.
+// Argument validation (dtypes, shapes) happens in the baseline-compiled callers, so the SIMD
+// files stay free of exceptions and standard-library code that could be merged across ISAs.
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+
+namespace kimi::kernels {
+
+struct KernelTable {
+  Isa isa;
+  // y[t * w.rows + r] for t < n and r in [row_begin, row_end): one thread's share of matmul().
+  void (*matmul_rows)(const WeightMatrix& w, const float* x, int64_t n, float* y, int64_t row_begin,
+                      int64_t row_end);
+  void (*matmul_untransposed)(const WeightMatrix& w, const float* x, int64_t n, float* y);
+  // src_dtype is one of F32, F16, BF16.
+  void (*convert_to_f32)(DType src_dtype, const void* src, float* dst, int64_t n);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  void (*axpy)(float* y, float a, const float* x, int64_t n);
+  float (*sum)(const float* x, int64_t n);
+};
+
+// Constant-initialised (only function pointers), so usable from any static initialiser.
+extern const KernelTable kScalarKernels;
+extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvx512Kernels;
+
+// The table for `isa`; throws kimi::Error if this CPU cannot run it.
+const KernelTable& kernels_for(Isa isa);
+// The table for best_isa(), looked up once.
+const KernelTable& best_kernels();
+
+}  // namespace kimi::kernels

@@ -1,0 +1,141 @@
+#include "model/attention.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/vec_ops.h"
+#include "model/ops.h"
+
+namespace kimi {
+
+AttentionMode choose_attention_mode(const ModelConfig& c, int64_t n_new, int64_t ctx) {
+  const double H = double(c.num_attention_heads), lora = double(c.kv_lora_rank);
+  const double nope = double(c.qk_nope_head_dim), rope = double(c.qk_rope_head_dim), v = double(c.v_head_dim);
+  const double pairs = double(n_new) * double(ctx);  // query/key pairs (upper bound: causal halves it)
+  const double naive = double(ctx) * H * (nope + v) * lora + pairs * H * (nope + rope + v);
+  const double absorbed = double(n_new) * H * (nope + v) * lora + pairs * H * (2 * lora + rope);
+  return naive < absorbed ? AttentionMode::Naive : AttentionMode::Absorbed;
+}
+
+namespace {
+
+struct Dims {
+  int64_t H, nope, rope, qk, v, lora, kvb_head;  // kvb_head: kv_b rows per head (nope + v)
+  explicit Dims(const ModelConfig& c)
+      : H(c.num_attention_heads), nope(c.qk_nope_head_dim), rope(c.qk_rope_head_dim), qk(c.qk_head_dim()),
+        v(c.v_head_dim), lora(c.kv_lora_rank), kvb_head(c.qk_nope_head_dim + c.v_head_dim) {}
+};
+
+// Naive form for one sequence: expand every cached latent into per-head keys/values.
+void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
+                  float scale, ThreadPool& pool, float* attn_out) {
+  const KvCache& cache = *s.cache;
+  const int64_t start = cache.length();
+  const int64_t ctx = start + s.n_tokens;
+  std::vector<float> latents(static_cast<size_t>(ctx * d.lora));
+  for (int64_t j = 0; j < ctx; ++j) std::memcpy(&latents[size_t(j * d.lora)], cache.row(layer, j), size_t(d.lora) * 4);
+  std::vector<float> kv(static_cast<size_t>(ctx * d.H * d.kvb_head));  // [ctx, H, nope + v]
+  matmul(pool, w.kv_b, latents.data(), ctx, kv.data());
+
+  pool.parallel_for(s.n_tokens * d.H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(static_cast<size_t>(ctx));
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t t = task / d.H, h = task % d.H;
+      const int64_t row = s.first_row + t, pos = start + t;
+      const float* qh = q + (row * d.H + h) * d.qk;
+      for (int64_t j = 0; j <= pos; ++j) {
+        const float* k_nope = &kv[size_t((j * d.H + h) * d.kvb_head)];
+        const float* k_pe = cache.row(layer, j) + d.lora;
+        scores[size_t(j)] = (dot_f32(qh, k_nope, d.nope) + dot_f32(qh + d.nope, k_pe, d.rope)) * scale;
+      }
+      softmax(scores.data(), pos + 1);
+      float* o = attn_out + (row * d.H + h) * d.v;
+      std::fill(o, o + d.v, 0.0f);
+      for (int64_t j = 0; j <= pos; ++j)
+        axpy_f32(o, scores[size_t(j)], &kv[size_t((j * d.H + h) * d.kvb_head + d.nope)], d.v);
+    }
+  });
+}
+
+// Absorbed form for one sequence: attend over the latents themselves.
+void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
+                     float scale, ThreadPool& pool, float* attn_out) {
+  const KvCache& cache = *s.cache;
+  const int64_t start = cache.length();
+  const int64_t ctx = start + s.n_tokens;
+  // Attention output in latent space, head-major so each head's value projection is one matmul.
+  std::vector<float> o_lat(static_cast<size_t>(d.H * s.n_tokens * d.lora));
+  pool.parallel_for(s.n_tokens * d.H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(static_cast<size_t>(ctx)), q_lat(static_cast<size_t>(d.lora));
+    for (int64_t task = b; task < e; ++task) {
+      const int64_t t = task / d.H, h = task % d.H;
+      const int64_t row = s.first_row + t, pos = start + t;
+      const float* qh = q + (row * d.H + h) * d.qk;
+      // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
+      matmul_untransposed(w.kv_b.row_slice(h * d.kvb_head, d.nope), qh, 1, q_lat.data());
+      for (int64_t j = 0; j <= pos; ++j) {
+        const float* r = cache.row(layer, j);
+        scores[size_t(j)] = (dot_f32(q_lat.data(), r, d.lora) + dot_f32(qh + d.nope, r + d.lora, d.rope)) * scale;
+      }
+      softmax(scores.data(), pos + 1);
+      float* o = &o_lat[size_t((h * s.n_tokens + t) * d.lora)];
+      std::fill(o, o + d.lora, 0.0f);
+      for (int64_t j = 0; j <= pos; ++j) axpy_f32(o, scores[size_t(j)], cache.row(layer, j), d.lora);
+    }
+  });
+  // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per key.
+  std::vector<float> oh(static_cast<size_t>(s.n_tokens * d.v));
+  for (int64_t h = 0; h < d.H; ++h) {
+    matmul(pool, w.kv_b.row_slice(h * d.kvb_head + d.nope, d.v), &o_lat[size_t(h * s.n_tokens * d.lora)], s.n_tokens,
+           oh.data());
+    for (int64_t t = 0; t < s.n_tokens; ++t)
+      std::memcpy(attn_out + ((s.first_row + t) * d.H + h) * d.v, &oh[size_t(t * d.v)], size_t(d.v) * 4);
+  }
+}
+
+}  // namespace
+
+void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& rope, int64_t layer,
+                   std::span<const SeqSlice> seqs, const float* x_norm, int64_t n_rows, AttentionMode mode,
+                   ThreadPool& pool, float* out) {
+  const Dims d(c);
+  const float eps = float(c.rms_norm_eps);
+
+  // Queries: [n_rows, H, nope | rope].
+  std::vector<float> q(static_cast<size_t>(n_rows * d.H * d.qk));
+  if (c.q_lora_rank > 0) {
+    std::vector<float> qa(static_cast<size_t>(n_rows * c.q_lora_rank));
+    matmul(pool, w.q_a, x_norm, n_rows, qa.data());
+    rms_norm(qa.data(), n_rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps);
+    matmul(pool, w.q_b, qa.data(), n_rows, q.data());
+  } else {
+    matmul(pool, w.q_proj, x_norm, n_rows, q.data());
+  }
+
+  // This step's cache rows: normalised latent, then the rotated rope key.
+  std::vector<float> kv(static_cast<size_t>(n_rows * (d.lora + d.rope)));
+  matmul(pool, w.kv_a, x_norm, n_rows, kv.data());
+  for (const SeqSlice& s : seqs) {
+    for (int64_t t = 0; t < s.n_tokens; ++t) {
+      const int64_t row = s.first_row + t, pos = s.cache->length() + t;
+      float* r = &kv[size_t(row * (d.lora + d.rope))];
+      rms_norm(r, 1, d.lora, d.lora, w.kv_a_norm.data(), eps);
+      rope.apply(r + d.lora, 1, d.rope, pos);
+      rope.apply(&q[size_t(row * d.H * d.qk + d.nope)], d.H, d.qk, pos);
+      std::memcpy(s.cache->row(layer, pos), r, size_t(d.lora + d.rope) * 4);
+    }
+  }
+
+  std::vector<float> attn(static_cast<size_t>(n_rows * d.H * d.v));
+  const float scale = float(c.softmax_scale());
+  for (const SeqSlice& s : seqs) {
+    AttentionMode m = mode;
+    if (m == AttentionMode::Auto) m = choose_attention_mode(c, s.n_tokens, s.cache->length() + s.n_tokens);
+    if (m == AttentionMode::Naive) attend_naive(d, w, layer, s, q.data(), scale, pool, attn.data());
+    else attend_absorbed(d, w, layer, s, q.data(), scale, pool, attn.data());
+  }
+  matmul(pool, w.o, attn.data(), n_rows, out);
+}
+
+}  // namespace kimi

@@ -1,0 +1,28 @@
+#pragma once
+// The feed-forward blocks: the dense SwiGLU MLP of the first layers, and the DeepSeek-V3 mixture
+// of experts (sigmoid router, e_score_correction_bias for expert *selection* only, grouped top-k,
+// renormalised weights times routed_scaling_factor, plus always-on shared experts).
+#include <cstdint>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "format/model_config.h"
+#include "model/weights.h"
+
+namespace kimi {
+
+// out[n, hidden] = down(silu(gate(x)) * up(x)).
+void mlp_forward(const MlpWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out);
+
+struct Routing {
+  std::vector<int32_t> experts;  // [n, top_k]
+  std::vector<float> weights;    // [n, top_k], the gate values applied to the expert outputs
+};
+
+// Routes n tokens given their router logits [n, n_routed_experts].
+Routing route_tokens(const ModelConfig& c, const float* router_logits, int64_t n, const std::vector<float>& bias);
+
+// out[n, hidden] = sum_k weight_k * expert_k(x) + shared(x).
+void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out);
+
+}  // namespace kimi

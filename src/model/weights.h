@@ -1,0 +1,58 @@
+#pragma once
+// The text model's weights, bound by name from a checkpoint. Matrices point into the mapped
+// safetensors files (no copy); the small vectors (norms, router bias) are converted to f32.
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "format/checkpoint.h"
+#include "format/model_config.h"
+#include "kernels/matmul.h"
+
+namespace kimi {
+
+struct MlpWeights {  // SwiGLU: down(silu(gate(x)) * up(x))
+  WeightMatrix gate, up, down;
+};
+
+struct AttentionWeights {  // multi-head latent attention
+  WeightMatrix q_a, q_b;   // with q_lora_rank > 0
+  std::vector<float> q_a_norm;
+  WeightMatrix q_proj;     // with q_lora_rank == 0
+  WeightMatrix kv_a;       // [kv_lora_rank + qk_rope_head_dim, hidden]: latent first, rope key last
+  std::vector<float> kv_a_norm;
+  WeightMatrix kv_b;       // [heads * (qk_nope + v), kv_lora_rank]: per head, key rows then value rows
+  WeightMatrix o;
+};
+
+struct MoeWeights {
+  WeightMatrix router;                  // [n_routed_experts, hidden]
+  std::vector<float> correction_bias;   // noaux_tc selection bias; empty otherwise
+  std::vector<MlpWeights> experts;
+  std::optional<MlpWeights> shared;
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_attention_norm;
+  AttentionWeights attn;
+  std::optional<MlpWeights> dense;  // first_k_dense_replace layers
+  std::optional<MoeWeights> moe;
+};
+
+struct ModelWeights {
+  WeightMatrix embed;
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;
+  WeightMatrix lm_head;
+  // Bytes of weights one decoded token reads (attention, dense/shared MLPs, top-k experts,
+  // router, lm_head; not the embedding table): the numerator of the bandwidth roofline.
+  size_t active_bytes_per_token = 0;
+  int64_t active_params_per_token = 0;  // the same matrices in elements (2 flops each per token)
+  size_t total_bytes = 0;
+};
+
+// Binds every tensor of text_model_layout(config), checking its shape; errors name the shard
+// file and the tensor. The checkpoint must outlive the returned weights.
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config);
+
+}  // namespace kimi

@@ -1,0 +1,133 @@
+#include "modelgen/make_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "common/error.h"
+#include "common/rng.h"
+#include "format/model_config.h"
+#include "format/safetensors.h"
+#include "model/tensor_layout.h"
+#include "modelgen/presets.h"
+
+namespace kimi {
+
+namespace {
+
+// Scaled-down stand-in for MoonViT's config keys, so the file has Kimi-K2.5's shape. The
+// vision tower's weights are not written until the engine runs it.
+nlohmann::json vision_config(int64_t text_hidden) {
+  return {{"model_type", "moonvit3d"},  {"patch_size", 14},
+          {"init_pos_emb_height", 64},  {"init_pos_emb_width", 64},
+          {"init_pos_emb_time", 4},     {"pos_emb_type", "divided_fixed"},
+          {"vt_num_attention_heads", 4}, {"vt_num_hidden_layers", 2},
+          {"vt_hidden_size", 64},       {"vt_intermediate_size", 128},
+          {"merge_kernel_size", {2, 2}}, {"merge_type", "sd2_tpool"},
+          {"video_attn_type", "spatial_temporal"}, {"mm_projector_type", "patchmerger"},
+          {"mm_hidden_size", 64},       {"projector_hidden_act", "gelu"},
+          {"projector_ln_eps", 1e-5},   {"text_hidden_size", text_hidden}};
+}
+
+nlohmann::json full_config(const nlohmann::json& text, CheckpointForm form) {
+  if (form == CheckpointForm::DeepseekV3) return text;
+  return {{"architectures", {"KimiK25ForConditionalGeneration"}},
+          {"model_type", "kimi_k25"},
+          {"auto_map",
+           {{"AutoConfig", "configuration_kimi_k25.KimiK25Config"},
+            {"AutoModel", "modeling_kimi_k25.KimiK25ForConditionalGeneration"},
+            {"AutoModelForCausalLM", "modeling_kimi_k25.KimiK25ForConditionalGeneration"}}},
+          {"text_config", text},
+          {"vision_config", vision_config(text["hidden_size"].get<int64_t>())},
+          {"bos_token_id", text["bos_token_id"]},
+          {"eos_token_id", text["eos_token_id"]},
+          {"pad_token_id", text["pad_token_id"]},
+          {"ignore_index", -100},
+          {"media_placeholder_token_id", text["vocab_size"].get<int64_t>() - 256 + 21},
+          {"tie_word_embeddings", false},
+          {"use_unified_vision_chunk", true},
+          {"video_placeholder", "<|kimi_k25_video_placeholder|>"},
+          {"dtype", "bfloat16"}};
+}
+
+// Initial values chosen so that every part of the model matters to the logits: activations stay
+// O(1) through the layers, norm weights differ from 1, and the router bias is large enough to
+// change which experts are picked (a model where the bias is ignored gives other logits).
+float init_value(const TensorLayout& t, Rng& rng) {
+  const double u = 2.0 * rng.uniform() - 1.0;  // uniform in [-1, 1): no libm, bit-reproducible
+  switch (t.role) {
+    case TensorRole::Embedding: return float(u * std::sqrt(3.0));
+    case TensorRole::Norm: return float(1.0 + 0.25 * u);
+    case TensorRole::RouterBias: return float(0.25 * u);
+    case TensorRole::Router: return float(u * std::sqrt(3.0) * 2.0 / std::sqrt(double(t.fan_in)));
+    case TensorRole::Linear:
+    case TensorRole::LmHead: return float(u * std::sqrt(3.0) / std::sqrt(double(t.fan_in)));
+  }
+  return 0.0f;
+}
+
+// `stream` names the tensor without the form's prefix, so both forms get the same weights.
+void fill_tensor(const TensorLayout& t, const std::string& stream, DType dtype, uint64_t seed,
+                 std::span<std::byte> out) {
+  Rng rng(hash_seed(seed, stream.c_str()));
+  const size_t n = out.size() / dtype_size(dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = init_value(t, rng);
+    switch (dtype) {
+      case DType::F32: std::memcpy(out.data() + 4 * i, &v, 4); break;
+      case DType::BF16: {
+        const uint16_t b = f32_to_bf16(v);
+        std::memcpy(out.data() + 2 * i, &b, 2);
+        break;
+      }
+      case DType::F16: {
+        const uint16_t h = f32_to_f16(v);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+        break;
+      }
+      default: throw Error("make-model: unsupported dtype");
+    }
+  }
+}
+
+void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw Error(path.string() + ": write failed");
+}
+
+}  // namespace
+
+MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModelOptions& o) {
+  if (o.dtype != DType::BF16 && o.dtype != DType::F16 && o.dtype != DType::F32)
+    throw Error("make-model: --dtype must be bf16, f16 or f32");
+  const nlohmann::json text = preset_text_config(o.preset);
+  const nlohmann::json config = full_config(text, o.form);
+  const ModelConfig mc = ModelConfig::from_json(config, "preset " + o.preset);
+
+  std::filesystem::create_directories(out_dir);
+  MakeModelResult result;
+  std::vector<TensorSpec> specs;
+  for (TensorLayout& t : text_model_layout(mc)) {
+    // Kimi-K2.5 stores the router bias in f32 whatever the weights' dtype.
+    const DType dtype = t.published_dtype == DType::F32 ? DType::F32 : o.dtype;
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    result.num_parameters += numel;
+    result.bytes += size_t(numel) * dtype_size(dtype);
+    specs.push_back({t.name, dtype, t.shape,
+                     [t, dtype, seed = o.seed, stream = t.name.substr(mc.tensor_prefix.size())](std::span<std::byte> out) {
+                       fill_tensor(t, stream, dtype, seed, out);
+                     }});
+  }
+  result.num_tensors = int64_t(specs.size());
+
+  write_json(out_dir / "config.json", config);
+  write_json(out_dir / "generation_config.json",
+             {{"bos_token_id", text["bos_token_id"]}, {"eos_token_id", text["eos_token_id"]},
+              {"max_length", text["max_position_embeddings"]}});
+  write_sharded_checkpoint(out_dir, specs, o.max_shard_bytes);
+  return result;
+}
+
+}  // namespace kimi

@@ -1,0 +1,77 @@
+// The `kimi` binary end to end: make-model, generate, bench latency, and its errors.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+struct CmdResult {
+  int status;
+  std::string out;  // stdout and stderr
+};
+
+CmdResult run(const std::string& args) {
+  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(Cli, MakeModelThenGenerateGreedily) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  CmdResult r = run("make-model " + dir + " --preset tiny");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("139 tensors"), std::string::npos) << r.out;
+
+  r = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --threads 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::istringstream first_line(r.out.substr(0, r.out.find('\n')));
+  std::vector<int> ids;
+  for (int x; first_line >> x;) ids.push_back(x);
+  EXPECT_EQ(ids.size(), 6u) << r.out;
+  // Greedy is deterministic, and the same whichever attention form decodes.
+  const CmdResult again = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --attention naive");
+  EXPECT_EQ(again.out.substr(0, again.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+}
+
+TEST(Cli, BenchLatencyReportsRooflineFractions) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(run("make-model " + dir).status, 0);
+  const CmdResult r = run("bench latency --model " + dir + " --input-len 16 --output-len 4 --num-iters 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("decode:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of roofline"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
+  test::TempDir d;
+  CmdResult r = run("generate --model " + (d.path() / "missing").string() + " --prompt-ids 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
+  r = run("generate --model x --prompt-ids 1,a");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--prompt-ids"), std::string::npos) << r.out;
+  r = run("generate --bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown option --bogus"), std::string::npos) << r.out;
+  r = run("make-model " + (d.path() / "m").string() + " --preset nope");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown preset"), std::string::npos) << r.out;
+  r = run("frobnicate");
+  EXPECT_EQ(r.status, 1);
+}
+
+}  // namespace
+}  // namespace kimi

@@ -1,0 +1,372 @@
+// The CPU kernels against a double-precision reference, for every instruction set this CPU has
+// (the others are skipped), all weight dtypes, and ragged shapes that exercise every tail path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/rng.h"
+#include "common/thread_pool.h"
+#include "kernels/bandwidth.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/vec_ops.h"
+
+namespace kimi {
+namespace {
+
+constexpr DType kWeightDTypes[] = {DType::BF16, DType::F16, DType::F32};
+
+// A weight matrix in a given storage dtype together with the exact values it decodes to.
+struct TestWeights {
+  DType dtype;
+  int64_t rows, cols;
+  std::vector<uint8_t> storage;  // the raw checkpoint-format bytes
+  std::vector<double> values;    // [rows, cols], the decoded stored values
+
+  WeightMatrix matrix() const { return {dtype, storage.data(), rows, cols}; }
+};
+
+TestWeights make_weights(DType dtype, int64_t rows, int64_t cols, Rng& rng) {
+  TestWeights w{dtype, rows, cols, {}, {}};
+  const size_t n = size_t(rows * cols);
+  w.storage.resize(n * dtype_size(dtype));
+  w.values.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = float(rng.normal());
+    if (dtype == DType::BF16) {
+      const uint16_t b = f32_to_bf16(v);
+      std::memcpy(&w.storage[i * 2], &b, 2);
+      w.values[i] = bf16_to_f32(b);
+    } else if (dtype == DType::F16) {
+      const uint16_t h = f32_to_f16(v);
+      std::memcpy(&w.storage[i * 2], &h, 2);
+      w.values[i] = f16_to_f32(h);
+    } else {
+      std::memcpy(&w.storage[i * 4], &v, 4);
+      w.values[i] = v;
+    }
+  }
+  return w;
+}
+
+std::vector<float> random_floats(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& f : v) f = float(rng.normal());
+  return v;
+}
+
+// |got - want| within float rounding of a sum whose terms have absolute values summing to `mag`.
+void expect_close(double got, double want, double mag, const std::string& where) {
+  const double tol = 1e-5 * mag + 1e-6;
+  ASSERT_LE(std::abs(got - want), tol) << where << ": got " << got << ", want " << want;
+}
+
+class KernelsIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
+  }
+  Isa isa() const { return GetParam(); }
+};
+
+// y[n, rows] = x[n, cols] . W^T via the kernel, checked against the double reference; y gets
+// guard values around it that must survive.
+void check_matmul(ThreadPool& pool, Isa isa, const TestWeights& w, int64_t n, Rng& rng) {
+  const std::vector<float> x = random_floats(size_t(n * w.cols), rng);
+  constexpr size_t kGuard = 16;
+  constexpr float kGuardValue = 12345.0f;
+  std::vector<float> y(size_t(n * w.rows) + 2 * kGuard, kGuardValue);
+  matmul(pool, w.matrix(), x.data(), n, y.data() + kGuard, isa);
+  for (size_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(y[i], kGuardValue) << "write before y";
+    ASSERT_EQ(y[y.size() - 1 - i], kGuardValue) << "write past y";
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = 0; r < w.rows; ++r) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        const double term = double(x[size_t(t * w.cols + k)]) * w.values[size_t(r * w.cols + k)];
+        want += term;
+        mag += std::abs(term);
+      }
+      expect_close(y[kGuard + size_t(t * w.rows + r)], want, mag,
+                   std::string(dtype_name(w.dtype)) + " [" + std::to_string(w.rows) + "x" +
+                       std::to_string(w.cols) + "] n=" + std::to_string(n) + " t=" +
+                       std::to_string(t) + " r=" + std::to_string(r));
+    }
+  }
+}
+
+TEST_P(KernelsIsa, MatmulRaggedShapes) {
+  ThreadPool pool(3);
+  Rng rng(42);
+  for (DType dt : kWeightDTypes) {
+    for (int i = 0; i < 40; ++i) {
+      const int64_t rows = 1 + int64_t(rng.next_u64() % 67);
+      const int64_t cols = 1 + int64_t(rng.next_u64() % 300);
+      const int64_t n = 1 + int64_t(rng.next_u64() % 13);
+      check_matmul(pool, isa(), make_weights(dt, rows, cols, rng), n, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_P(KernelsIsa, MatmulEdgeShapes) {
+  ThreadPool pool(2);
+  Rng rng(7);
+  const int64_t shapes[][3] = {{1, 1, 1},  {1, 1, 7},   {4, 16, 1},  {4, 16, 6},  {5, 17, 7},
+                               {3, 33, 2}, {8, 32, 12}, {67, 15, 1}, {2, 300, 13}};
+  for (DType dt : kWeightDTypes)
+    for (const auto& s : shapes) {
+      check_matmul(pool, isa(), make_weights(dt, s[0], s[1], rng), s[2], rng);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST_P(KernelsIsa, MatmulBigShapes) {
+  // Several column blocks, several row chunks per thread, and both token-tile tails.
+  ThreadPool pool(2);
+  Rng rng(9);
+  const int64_t shapes[][3] = {{301, 2100, 1}, {130, 2300, 13}, {260, 517, 8}, {1000, 100, 2}};
+  for (DType dt : kWeightDTypes)
+    for (const auto& s : shapes) {
+      check_matmul(pool, isa(), make_weights(dt, s[0], s[1], rng), s[2], rng);
+      if (HasFatalFailure()) return;
+    }
+}
+
+TEST_P(KernelsIsa, MatmulZeroColumnsGivesZeros) {
+  ThreadPool pool(2);
+  const WeightMatrix w{DType::BF16, nullptr, 5, 0};
+  std::vector<float> y(10, 1.0f);
+  matmul(pool, w, nullptr, 2, y.data(), isa());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_P(KernelsIsa, MatmulSameResultForAnyThreadCount) {
+  // A row's result does not depend on how rows were split over threads: bitwise equal.
+  Rng rng(11);
+  const TestWeights w = make_weights(DType::BF16, 203, 777, rng);
+  for (int64_t n : {1, 5}) {
+    const std::vector<float> x = random_floats(size_t(n * w.cols), rng);
+    std::vector<float> y1(size_t(n * w.rows)), y4(size_t(n * w.rows));
+    ThreadPool p1(1), p4(4);
+    matmul(p1, w.matrix(), x.data(), n, y1.data(), isa());
+    matmul(p4, w.matrix(), x.data(), n, y4.data(), isa());
+    EXPECT_EQ(0, std::memcmp(y1.data(), y4.data(), y1.size() * sizeof(float)));
+  }
+}
+
+TEST_P(KernelsIsa, MatmulUnalignedRowSlice) {
+  // Checkpoint tensors may start anywhere; a row slice starts mid-buffer.
+  ThreadPool pool(2);
+  Rng rng(5);
+  for (DType dt : kWeightDTypes) {
+    const TestWeights w = make_weights(dt, 40, 37, rng);
+    const WeightMatrix slice = w.matrix().row_slice(3, 29);
+    const std::vector<float> x = random_floats(3 * 37, rng);
+    std::vector<float> y(3 * 29);
+    matmul(pool, slice, x.data(), 3, y.data(), isa());
+    for (int64_t t = 0; t < 3; ++t)
+      for (int64_t r = 0; r < 29; ++r) {
+        double want = 0, mag = 0;
+        for (int64_t k = 0; k < 37; ++k) {
+          const double term = double(x[size_t(t * 37 + k)]) * w.values[size_t((r + 3) * 37 + k)];
+          want += term;
+          mag += std::abs(term);
+        }
+        expect_close(y[size_t(t * 29 + r)], want, mag, "row slice");
+      }
+  }
+}
+
+void check_untransposed(Isa isa, const TestWeights& w, int64_t n, Rng& rng) {
+  const std::vector<float> x = random_floats(size_t(n * w.rows), rng);
+  constexpr size_t kGuard = 16;
+  constexpr float kGuardValue = -777.0f;
+  std::vector<float> y(size_t(n * w.cols) + 2 * kGuard, kGuardValue);
+  matmul_untransposed(w.matrix(), x.data(), n, y.data() + kGuard, isa);
+  for (size_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(y[i], kGuardValue) << "write before y";
+    ASSERT_EQ(y[y.size() - 1 - i], kGuardValue) << "write past y";
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < w.cols; ++c) {
+      double want = 0, mag = 0;
+      for (int64_t r = 0; r < w.rows; ++r) {
+        const double term = double(x[size_t(t * w.rows + r)]) * w.values[size_t(r * w.cols + c)];
+        want += term;
+        mag += std::abs(term);
+      }
+      expect_close(y[kGuard + size_t(t * w.cols + c)], want, mag,
+                   std::string("untransposed ") + std::string(dtype_name(w.dtype)) + " [" +
+                       std::to_string(w.rows) + "x" + std::to_string(w.cols) + "] n=" +
+                       std::to_string(n) + " t=" + std::to_string(t) + " c=" + std::to_string(c));
+    }
+}
+
+TEST_P(KernelsIsa, MatmulUntransposed) {
+  Rng rng(17);
+  for (DType dt : kWeightDTypes) {
+    for (int i = 0; i < 30; ++i) {
+      const int64_t rows = 1 + int64_t(rng.next_u64() % 67);
+      const int64_t cols = 1 + int64_t(rng.next_u64() % 300);
+      const int64_t n = 1 + int64_t(rng.next_u64() % 13);
+      check_untransposed(isa(), make_weights(dt, rows, cols, rng), n, rng);
+      if (HasFatalFailure()) return;
+    }
+    // The MLA absorption shape (qk_nope_head_dim x kv_lora_rank) and a zero-row matrix.
+    check_untransposed(isa(), make_weights(dt, 128, 512, rng), 3, rng);
+    check_untransposed(isa(), make_weights(dt, 0, 21, rng), 2, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_P(KernelsIsa, ConvertAllHalfAndBf16Values) {
+  // Every 16-bit pattern: the SIMD conversions must match the scalar ones bit for bit
+  // (subnormals and infinities included), NaN staying NaN.
+  std::vector<uint16_t> src(65536);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint16_t(i);
+  std::vector<float> dst(src.size());
+  for (DType dt : {DType::BF16, DType::F16}) {
+    convert_to_f32(dt, src.data(), dst.data(), int64_t(src.size()), isa());
+    for (size_t i = 0; i < src.size(); ++i) {
+      const float want = dt == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+      if (std::isnan(want)) {
+        ASSERT_TRUE(std::isnan(dst[i])) << dtype_name(dt) << " " << i;
+      } else {
+        uint32_t a, b;
+        std::memcpy(&a, &dst[i], 4);
+        std::memcpy(&b, &want, 4);
+        ASSERT_EQ(a, b) << dtype_name(dt) << " 0x" << std::hex << i;
+      }
+    }
+  }
+}
+
+TEST_P(KernelsIsa, ConvertRaggedLengths) {
+  Rng rng(3);
+  for (DType dt : kWeightDTypes) {
+    for (int64_t n = 0; n <= 70; ++n) {
+      const TestWeights w = make_weights(dt, 1, n, rng);
+      std::vector<float> dst(size_t(n) + 1, -1.0f);
+      convert_to_f32(dt, w.storage.data(), dst.data(), n, isa());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(dst[size_t(i)], float(w.values[size_t(i)]));
+      ASSERT_EQ(dst[size_t(n)], -1.0f) << "write past the end";
+    }
+  }
+}
+
+TEST_P(KernelsIsa, DotAxpySum) {
+  Rng rng(23);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 0; n <= 300; n += 1 + n / 16) lengths.push_back(n);
+  lengths.push_back(4099);
+  for (int64_t n : lengths) {
+    const std::vector<float> a = random_floats(size_t(n), rng), b = random_floats(size_t(n), rng);
+    double want = 0, mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      want += double(a[size_t(i)]) * b[size_t(i)];
+      mag += std::abs(double(a[size_t(i)]) * b[size_t(i)]);
+    }
+    expect_close(dot_f32(a.data(), b.data(), n, isa()), want, mag, "dot n=" + std::to_string(n));
+    double sum = 0, sum_mag = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum += a[size_t(i)];
+      sum_mag += std::abs(a[size_t(i)]);
+    }
+    expect_close(sum_f32(a.data(), n, isa()), sum, sum_mag, "sum n=" + std::to_string(n));
+
+    std::vector<float> y = b;
+    y.push_back(99.0f);  // guard
+    const float s = float(rng.normal());
+    axpy_f32(y.data(), s, a.data(), n, isa());
+    for (int64_t i = 0; i < n; ++i) {
+      const double w = double(b[size_t(i)]) + double(s) * a[size_t(i)];
+      expect_close(y[size_t(i)], w, std::abs(double(b[size_t(i)])) + std::abs(double(s) * a[size_t(i)]),
+                   "axpy n=" + std::to_string(n));
+    }
+    ASSERT_EQ(y.back(), 99.0f) << "axpy wrote past the end";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsa,
+                         ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+                         [](const ::testing::TestParamInfo<Isa>& p) {
+                           return std::string(isa_name(p.param));
+                         });
+
+TEST(Kernels, CpuFeaturesAreConsistent) {
+  EXPECT_TRUE(isa_supported(Isa::Scalar));
+  EXPECT_TRUE(isa_supported(best_isa()));
+  const CpuFeatures& f = cpu_features();
+  EXPECT_EQ(isa_supported(Isa::Avx2), f.avx2 && f.fma && f.f16c);
+  if (isa_supported(Isa::Avx512)) {
+    EXPECT_TRUE(isa_supported(Isa::Avx2));
+    EXPECT_EQ(best_isa(), Isa::Avx512);
+  }
+  EXPECT_EQ(isa_name(Isa::Avx512), "avx512");
+}
+
+TEST(Kernels, DefaultDispatchMatchesExplicitBestIsa) {
+  ThreadPool pool(2);
+  Rng rng(31);
+  const TestWeights w = make_weights(DType::F16, 19, 45, rng);
+  const std::vector<float> x = random_floats(2 * 45, rng);
+  std::vector<float> a(2 * 19), b(2 * 19);
+  matmul(pool, w.matrix(), x.data(), 2, a.data());
+  matmul(pool, w.matrix(), x.data(), 2, b.data(), best_isa());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(dot_f32(x.data(), x.data() + 45, 45), dot_f32(x.data(), x.data() + 45, 45, best_isa()));
+}
+
+TEST(Kernels, RejectsNonFloatDTypes) {
+  ThreadPool pool(1);
+  const int32_t data[4] = {1, 2, 3, 4};
+  const WeightMatrix w{DType::I32, data, 2, 2};
+  float x[4] = {}, y[4] = {};
+  EXPECT_THROW(matmul(pool, w, x, 1, y), Error);
+  EXPECT_THROW(matmul_untransposed(w, x, 1, y), Error);
+  EXPECT_THROW(convert_to_f32(DType::I8, data, y, 4), Error);
+  EXPECT_THROW(convert_to_f32(DType::F64, data, y, 2), Error);
+}
+
+TEST(Kernels, RowSliceBounds) {
+  const uint16_t data[6] = {};
+  const WeightMatrix w{DType::BF16, data, 3, 2};
+  const WeightMatrix s = w.row_slice(1, 2);
+  EXPECT_EQ(s.rows, 2);
+  EXPECT_EQ(s.cols, 2);
+  EXPECT_EQ(s.data, static_cast<const void*>(data + 2));
+  EXPECT_THROW(w.row_slice(2, 2), Error);
+  EXPECT_THROW(w.row_slice(-1, 1), Error);
+}
+
+TEST(Kernels, UnsupportedIsaThrows) {
+  ThreadPool pool(1);
+  for (Isa isa : {Isa::Avx2, Isa::Avx512}) {
+    if (isa_supported(isa)) continue;
+    const float data[1] = {1.0f};
+    float y[1];
+    EXPECT_THROW(matmul(pool, {DType::F32, data, 1, 1}, data, 1, y, isa), Error);
+  }
+}
+
+TEST(Bandwidth, MeasuresSomething) {
+  ThreadPool pool(2);
+  const double bw = measure_read_bandwidth(pool, size_t(16) << 20, 2);
+  EXPECT_GT(bw, 1e8);  // 100 MB/s: any machine, even under sanitizers
+  if (best_isa() != Isa::Scalar) {
+    EXPECT_GT(measure_matmul_flops(pool), 1e8);
+  }
+}
+
+}  // namespace
+}  // namespace kimi

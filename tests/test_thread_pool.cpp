@@ -1,0 +1,147 @@
+// ThreadPool::parallel_for: exact coverage, chunk sizes, reuse, nesting and exceptions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/thread_pool.h"
+
+namespace kimi {
+namespace {
+
+// Runs one parallel_for and checks that every index in [0, n) was visited exactly once, in
+// chunks of at least `grain` items except the one that ends at n.
+void check_coverage(ThreadPool& pool, int64_t n, int64_t grain) {
+  std::vector<std::atomic<int>> hits(size_t(std::max<int64_t>(n, 0)));
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mu);
+    chunks.emplace_back(b, e);
+  });
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(hits[size_t(i)].load(), 1) << "index " << i << " n=" << n << " grain=" << grain
+                                          << " threads=" << pool.size();
+  for (const auto& [b, e] : chunks) {
+    ASSERT_LT(b, e) << "empty chunk";
+    if (e != n) {
+      ASSERT_GE(e - b, grain) << "chunk [" << b << ", " << e << ") below grain";
+    }
+  }
+  if (n <= 0) {
+    ASSERT_TRUE(chunks.empty());
+  }
+}
+
+TEST(ThreadPool, Sizes) {
+  EXPECT_EQ(ThreadPool(1).size(), 1);
+  EXPECT_EQ(ThreadPool(3).size(), 3);
+  EXPECT_GE(ThreadPool(0).size(), 1);
+  EXPECT_GE(ThreadPool(-2).size(), 1);
+}
+
+TEST(ThreadPool, EveryIndexExactlyOnce) {
+  for (int threads = 1; threads <= 4; ++threads) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 5, 7, 8, 16, 31, 100, 1000, 12345})
+      for (int64_t grain : {0, 1, 2, 3, 7, 64, 1000, 100000}) {
+        check_coverage(pool, n, grain);
+        if (HasFatalFailure()) return;
+      }
+  }
+}
+
+TEST(ThreadPool, RepeatedRunsOnOnePool) {
+  ThreadPool pool(4);
+  std::vector<int64_t> data(1000);
+  for (int rep = 0; rep < 2000; ++rep) {
+    pool.parallel_for(int64_t(data.size()), 1 + rep % 50, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) data[size_t(i)] += i;
+    });
+  }
+  for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], int64_t(i) * 2000);
+}
+
+TEST(ThreadPool, ActuallyUsesSeveralThreads) {
+  // Chunks that wait for each other can only finish if they run concurrently.
+  ThreadPool pool(2);
+  std::atomic<int> arrived{0};
+  pool.parallel_for(2, 1, [&](int64_t, int64_t) {
+    arrived.fetch_add(1);
+    while (arrived.load() < 2) std::this_thread::yield();
+  });
+  EXPECT_EQ(arrived.load(), 2);
+}
+
+TEST(ThreadPool, NestedUseOfAnotherPool) {
+  // Several threads of `outer` use `inner` at the same time.
+  for (int inner_threads = 1; inner_threads <= 3; ++inner_threads) {
+    ThreadPool outer(3), inner(inner_threads);
+    constexpr int64_t kOuter = 12, kInner = 257;
+    std::vector<std::atomic<int>> hits(kOuter * kInner);
+    for (int rep = 0; rep < 20; ++rep) {
+      outer.parallel_for(kOuter, 1, [&](int64_t ob, int64_t oe) {
+        for (int64_t o = ob; o < oe; ++o)
+          inner.parallel_for(kInner, 4, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) hits[size_t(o * kInner + i)].fetch_add(1);
+          });
+      });
+    }
+    for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 20) << i;
+  }
+}
+
+TEST(ThreadPool, NestedUseOfTheSamePoolRunsInline) {
+  ThreadPool pool(3);
+  constexpr int64_t kOuter = 9, kInner = 50;
+  std::vector<std::atomic<int>> hits(kOuter * kInner);
+  pool.parallel_for(kOuter, 1, [&](int64_t ob, int64_t oe) {
+    for (int64_t o = ob; o < oe; ++o)
+      pool.parallel_for(kInner, 1, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[size_t(o * kInner + i)].fetch_add(1);
+      });
+  });
+  for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << i;
+}
+
+TEST(ThreadPool, ConcurrentCallersFromOutsideThreads) {
+  ThreadPool pool(3);
+  constexpr int kCallers = 4;
+  constexpr int64_t kN = 5000;
+  std::vector<std::vector<int>> hits(kCallers, std::vector<int>(kN, 0));
+  {
+    std::vector<std::jthread> callers;
+    for (int c = 0; c < kCallers; ++c)
+      callers.emplace_back([&, c] {
+        for (int rep = 0; rep < 50; ++rep)
+          pool.parallel_for(kN, 16, [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) ++hits[size_t(c)][size_t(i)];
+          });
+      });
+  }
+  for (int c = 0; c < kCallers; ++c)
+    for (int64_t i = 0; i < kN; ++i) ASSERT_EQ(hits[size_t(c)][size_t(i)], 50);
+}
+
+TEST(ThreadPool, ExceptionsPropagateAndPoolStaysUsable) {
+  ThreadPool pool(4);
+  for (int rep = 0; rep < 20; ++rep) {
+    EXPECT_THROW(pool.parallel_for(1000, 1,
+                                   [&](int64_t b, int64_t e) {
+                                     if (b <= 500 && 500 < e) throw std::runtime_error("boom");
+                                   }),
+                 std::runtime_error);
+    check_coverage(pool, 777, 3);
+    if (HasFatalFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace kimi

@@ -1,0 +1,39 @@
+#pragma once
+// Helpers shared by the test files: scratch directories and the tiny model they all use.
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "modelgen/make_model.h"
+
+namespace kimi::test {
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = std::filesystem::temp_directory_path() / ("kimi-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes the tiny preset (as `kimi make-model DIR --preset tiny`) into dir/name and returns it.
+inline std::filesystem::path make_tiny_model(const TempDir& dir, const std::string& name = "tiny",
+                                             MakeModelOptions options = {}) {
+  const auto out = dir.path() / name;
+  make_model(out, options);
+  return out;
+}
+
+}  // namespace kimi::test
