@@ -1,17 +1,17 @@
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "args.h"
 #include "bench/latency.h"
+#include "bench/throughput.h"
 #include "common/error.h"
 
 namespace kimi::cli {
 
-int run_bench(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]) != "latency") {
-    std::fprintf(stderr, "usage: kimi bench latency --model DIR [options]   (see --help)\n");
-    return 1;
-  }
+namespace {
+
+int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed"}, {"help"});
   if (a.has("help")) {
     std::printf(
@@ -33,6 +33,53 @@ int run_bench(int argc, char** argv) {
   const LatencyResult r = run_latency_bench(model, o);
   std::fputs(format_latency_report(model, o, r).c_str(), stdout);
   return 0;
+}
+
+int run_throughput(int argc, char** argv) {
+  const Args a(argc, argv, 3,
+               {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
+                "seed"},
+               {"help"});
+  if (a.has("help")) {
+    std::printf(
+        "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
+        "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n\n"
+        "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
+        "(--max-num-seqs) and prints output tokens/s and the speed-up over the first level.\n");
+    return 0;
+  }
+  ModelOptions mo;
+  mo.num_threads = int(a.get_int("threads", 0));
+  Model model(a.require("model"), mo);
+  ThroughputOptions o;
+  o.input_len = a.get_int("input-len", o.input_len);
+  o.output_len = a.get_int("output-len", o.output_len);
+  o.prompts_per_level = a.get_int("num-prompts", 0);
+  o.max_num_batched_tokens = a.get_int("max-num-batched-tokens", o.max_num_batched_tokens);
+  o.seed = uint64_t(a.get_int("seed", 0));
+  if (a.has("concurrency")) {
+    o.concurrency.clear();
+    std::stringstream ss(a.get("concurrency", ""));
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        o.concurrency.push_back(std::stoll(item));
+      } catch (const std::exception&) {
+        throw Error("--concurrency expects comma-separated integers, got '" + item + "'");
+      }
+    }
+  }
+  std::fputs(format_throughput_report(run_throughput_bench(model, o)).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  const std::string sub = argc >= 3 ? argv[2] : "";
+  if (sub == "latency") return run_latency(argc, argv);
+  if (sub == "throughput") return run_throughput(argc, argv);
+  std::fprintf(stderr, "usage: kimi bench latency|throughput --model DIR [options]   (see --help)\n");
+  return 1;
 }
 
 }  // namespace kimi::cli

@@ -69,8 +69,7 @@ class ReferenceLogits : public ::testing::Test {
   // Runs a whole case as one prefill with logits for every position.
   std::vector<float> prefill_all(const GoldenCase& g) {
     KvCache cache = model_->new_cache(int64_t(g.ids.size()));
-    SequenceInput in{g.ids, &cache, true};
-    return model_->forward({&in, 1});
+    return model_->forward(g.ids, cache, true);
   }
 
   void expect_rows_match(const GoldenCase& g, const std::vector<float>& logits, size_t first_row, const char* what) {
@@ -112,8 +111,7 @@ TEST_F(ReferenceLogits, DecodeTokenByTokenMatches) {
     for (const auto& g : *golden_) {
       KvCache cache = model_->new_cache(int64_t(g.ids.size()));
       for (size_t t = 0; t < g.ids.size(); ++t) {
-        SequenceInput in{{&g.ids[t], 1}, &cache, false};
-        expect_rows_match(g, model_->forward({&in, 1}), t, "decode");
+        expect_rows_match(g, model_->forward({&g.ids[t], 1}, cache), t, "decode");
       }
     }
   }
@@ -126,13 +124,11 @@ TEST_F(ReferenceLogits, ChunkedPrefillThenDecodeMatches) {
   const std::span<const int32_t> ids(g.ids);
   size_t pos = 0;
   for (size_t chunk : {7u, 1u, 11u}) {  // uneven chunks, each attending to what came before
-    SequenceInput in{ids.subspan(pos, chunk), &cache, true};
-    expect_rows_match(g, model_->forward({&in, 1}), pos, "chunked prefill");
+    expect_rows_match(g, model_->forward(ids.subspan(pos, chunk), cache, true), pos, "chunked prefill");
     pos += chunk;
   }
   for (; pos < g.ids.size(); ++pos) {
-    SequenceInput in{ids.subspan(pos, 1), &cache, false};
-    expect_rows_match(g, model_->forward({&in, 1}), pos, "decode after chunks");
+    expect_rows_match(g, model_->forward(ids.subspan(pos, 1), cache), pos, "decode after chunks");
   }
 }
 
@@ -143,9 +139,10 @@ TEST_F(ReferenceLogits, BatchedSequencesMatch) {
   std::vector<SequenceInput> prefill;
   for (size_t i = 0; i < golden_->size(); ++i) {
     const auto& ids = (*golden_)[i].ids;
-    prefill.push_back({std::span<const int32_t>(ids).first(ids.size() - 1), &caches[i], true});
+    prefill.push_back({std::span<const int32_t>(ids).first(ids.size() - 1), caches[i].view(), true});
   }
   const std::vector<float> logits = model_->forward(prefill);
+  for (size_t i = 0; i < golden_->size(); ++i) caches[i].set_length(int64_t((*golden_)[i].ids.size()) - 1);
   size_t row = 0;
   for (const auto& g : *golden_) {
     const size_t n = g.ids.size() - 1;
@@ -155,7 +152,7 @@ TEST_F(ReferenceLogits, BatchedSequencesMatch) {
     row += n;
   }
   std::vector<SequenceInput> decode;
-  for (size_t i = 0; i < golden_->size(); ++i) decode.push_back({{&(*golden_)[i].ids.back(), 1}, &caches[i], false});
+  for (size_t i = 0; i < golden_->size(); ++i) decode.push_back({{&(*golden_)[i].ids.back(), 1}, caches[i].view(), false});
   const std::vector<float> last = model_->forward(decode);
   for (size_t i = 0; i < golden_->size(); ++i) {
     const auto& g = (*golden_)[i];

@@ -32,15 +32,13 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   for (int it = 0; it < o.iterations; ++it) {
     KvCache cache = model.new_cache(o.input_len + o.output_len);
     auto t0 = Clock::now();
-    SequenceInput in{prompt, &cache, false};
-    std::vector<float> logits = model.forward({&in, 1});
+    std::vector<float> logits = model.forward(prompt, cache);
     r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
 
     t0 = Clock::now();
     for (int64_t i = 0; i < o.output_len; ++i) {
       const int32_t next = argmax(logits);
-      SequenceInput step{{&next, 1}, &cache, false};
-      logits = model.forward({&step, 1});
+      logits = model.forward({&next, 1}, cache);
     }
     r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
   }

@@ -1,5 +1,6 @@
 #include "format/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -143,6 +144,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& root, const std::string
   if (text->contains("quantization_config")) c.quantization_config = (*text)["quantization_config"];
   else if (root.contains("quantization_config")) c.quantization_config = root["quantization_config"];
 
+  if (c.eos_token_id >= 0) c.eos_token_ids.push_back(c.eos_token_id);
   c.validate(r.source());
   return c;
 }
@@ -189,7 +191,30 @@ ModelConfig ModelConfig::load(const std::filesystem::path& model_dir) {
   } catch (const std::exception& e) {
     throw Error(path.string() + ": invalid JSON: " + e.what());
   }
-  return from_json(j, path.string());
+  ModelConfig c = from_json(j, path.string());
+  // Chat models often end turns with another token than config.json's eos (Kimi: <|im_end|>);
+  // generation_config.json lists it, and vLLM stops on either.
+  const auto gen_path = model_dir / "generation_config.json";
+  if (std::ifstream gin(gen_path); gin) {
+    nlohmann::json g;
+    try {
+      gin >> g;
+    } catch (const std::exception& e) {
+      throw Error(gen_path.string() + ": invalid JSON: " + e.what());
+    }
+    const auto eos = g.find("eos_token_id");
+    if (eos != g.end()) {
+      std::vector<int64_t> ids;
+      if (eos->is_number_integer()) ids.push_back(eos->get<int64_t>());
+      else if (eos->is_array())
+        for (const auto& v : *eos)
+          if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
+      for (int64_t id : ids)
+        if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+          c.eos_token_ids.push_back(id);
+    }
+  }
+  return c;
 }
 
 }  // namespace kimi

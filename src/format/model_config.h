@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kimi {
 
@@ -62,6 +63,8 @@ struct ModelConfig {
 
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
+  // Every id that ends generation: eos_token_id plus generation_config.json's (an int or a list).
+  std::vector<int64_t> eos_token_ids;
   int64_t num_nextn_predict_layers = 0;
   nlohmann::json quantization_config;   // null when the weights are unquantized
 

@@ -30,8 +30,8 @@ struct Dims {
 // Naive form for one sequence: expand every cached latent into per-head keys/values.
 void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                   float scale, ThreadPool& pool, float* attn_out) {
-  const KvCache& cache = *s.cache;
-  const int64_t start = cache.length();
+  const KvView& cache = s.kv;
+  const int64_t start = cache.length;
   const int64_t ctx = start + s.n_tokens;
   std::vector<float> latents(static_cast<size_t>(ctx * d.lora));
   for (int64_t j = 0; j < ctx; ++j) std::memcpy(&latents[size_t(j * d.lora)], cache.row(layer, j), size_t(d.lora) * 4);
@@ -61,8 +61,8 @@ void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const
 // Absorbed form for one sequence: attend over the latents themselves.
 void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                      float scale, ThreadPool& pool, float* attn_out) {
-  const KvCache& cache = *s.cache;
-  const int64_t start = cache.length();
+  const KvView& cache = s.kv;
+  const int64_t start = cache.length;
   const int64_t ctx = start + s.n_tokens;
   // Attention output in latent space, head-major so each head's value projection is one matmul.
   std::vector<float> o_lat(static_cast<size_t>(d.H * s.n_tokens * d.lora));
@@ -118,12 +118,12 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
   matmul(pool, w.kv_a, x_norm, n_rows, kv.data());
   for (const SeqSlice& s : seqs) {
     for (int64_t t = 0; t < s.n_tokens; ++t) {
-      const int64_t row = s.first_row + t, pos = s.cache->length() + t;
+      const int64_t row = s.first_row + t, pos = s.kv.length + t;
       float* r = &kv[size_t(row * (d.lora + d.rope))];
       rms_norm(r, 1, d.lora, d.lora, w.kv_a_norm.data(), eps);
       rope.apply(r + d.lora, 1, d.rope, pos);
       rope.apply(&q[size_t(row * d.H * d.qk + d.nope)], d.H, d.qk, pos);
-      std::memcpy(s.cache->row(layer, pos), r, size_t(d.lora + d.rope) * 4);
+      std::memcpy(s.kv.row(layer, pos), r, size_t(d.lora + d.rope) * 4);
     }
   }
 
@@ -131,7 +131,7 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
   const float scale = float(c.softmax_scale());
   for (const SeqSlice& s : seqs) {
     AttentionMode m = mode;
-    if (m == AttentionMode::Auto) m = choose_attention_mode(c, s.n_tokens, s.cache->length() + s.n_tokens);
+    if (m == AttentionMode::Auto) m = choose_attention_mode(c, s.n_tokens, s.kv.length + s.n_tokens);
     if (m == AttentionMode::Naive) attend_naive(d, w, layer, s, q.data(), scale, pool, attn.data());
     else attend_absorbed(d, w, layer, s, q.data(), scale, pool, attn.data());
   }

@@ -20,9 +20,9 @@ namespace kimi {
 enum class AttentionMode { Auto, Naive, Absorbed };
 
 // One sequence's new tokens in a step: rows [first_row, first_row + n_tokens) of the batch,
-// at positions cache->length() ... (the cache grows after the step).
+// at positions kv.length ... (their cache rows are written here; the caller advances length).
 struct SeqSlice {
-  KvCache* cache = nullptr;
+  KvView kv;
   int64_t first_row = 0;
   int64_t n_tokens = 0;
 };

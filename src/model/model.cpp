@@ -25,12 +25,12 @@ std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
   std::vector<SeqSlice> slices;
   int64_t n = 0;
   for (const SequenceInput& s : seqs) {
-    if (!s.cache) throw Error("forward: sequence without a KV cache");
+    if (!s.kv.storage) throw Error("forward: sequence without a KV cache");
     if (s.tokens.empty()) throw Error("forward: sequence with no new tokens");
-    if (s.cache->length() + int64_t(s.tokens.size()) > s.cache->capacity())
-      throw Error("forward: " + std::to_string(s.cache->length() + int64_t(s.tokens.size())) +
-                  " tokens exceed the KV cache capacity of " + std::to_string(s.cache->capacity()));
-    slices.push_back({s.cache, n, int64_t(s.tokens.size())});
+    if (s.kv.length + int64_t(s.tokens.size()) > s.kv.capacity())
+      throw Error("forward: " + std::to_string(s.kv.length + int64_t(s.tokens.size())) +
+                  " tokens exceed the KV cache capacity of " + std::to_string(s.kv.capacity()));
+    slices.push_back({s.kv, n, int64_t(s.tokens.size())});
     n += int64_t(s.tokens.size());
   }
 
@@ -61,7 +61,6 @@ std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
     else mlp_forward(*L.dense, xn.data(), n, pool_, y.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
-  for (size_t i = 0; i < seqs.size(); ++i) slices[i].cache->set_length(slices[i].cache->length() + slices[i].n_tokens);
 
   // Only the rows whose logits are wanted go through the final norm and the (large) lm_head.
   std::vector<float> h;
@@ -74,6 +73,13 @@ std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
   rms_norm(h.data(), rows, D, D, weights_.final_norm.data(), eps);
   std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
   matmul(pool_, weights_.lm_head, h.data(), rows, logits.data());
+  return logits;
+}
+
+std::vector<float> Model::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) {
+  const SequenceInput in{tokens, cache.view(), all_logits};
+  std::vector<float> logits = forward({&in, 1});
+  cache.set_length(cache.length() + int64_t(tokens.size()));
   return logits;
 }
 

@@ -23,11 +23,11 @@ struct ModelOptions {
   AttentionMode attention_mode = AttentionMode::Auto;
 };
 
-// One sequence's part of a forward step: its new tokens (appended at cache->length()) and
-// whether logits are wanted for all of them or only the last one.
+// One sequence's part of a forward step: its new tokens (written to its cache at positions
+// kv.length ...) and whether logits are wanted for all of them or only the last one.
 struct SequenceInput {
   std::span<const int32_t> tokens;
-  KvCache* cache = nullptr;
+  KvView kv;
   bool all_logits = false;
 };
 
@@ -45,9 +45,12 @@ class Model {
   KvCache new_cache(int64_t capacity_tokens) const { return KvCache(config_, capacity_tokens); }
 
   // Runs one step and returns the logits, [rows, vocab_size] row-major, where the rows are, per
-  // sequence in order, every new token (all_logits) or just its last one. Each cache grows by
-  // its sequence's new tokens. Throws kimi::Error for out-of-range token ids or a full cache.
+  // sequence in order, every new token (all_logits) or just its last one. Writes the new
+  // tokens' cache rows; advancing each sequence's length is the caller's. Throws kimi::Error
+  // for out-of-range token ids or a block table too short for the new tokens.
   std::vector<float> forward(std::span<const SequenceInput> seqs);
+  // One sequence with its own contiguous cache, which grows by the tokens.
+  std::vector<float> forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits = false);
 
  private:
   ModelConfig config_;

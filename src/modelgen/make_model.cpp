@@ -124,7 +124,8 @@ MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModel
 
   write_json(out_dir / "config.json", config);
   write_json(out_dir / "generation_config.json",
-             {{"bos_token_id", text["bos_token_id"]}, {"eos_token_id", text["eos_token_id"]},
+             // Kimi ends chat turns with <|im_end|> (the special block's third id).
+             {{"bos_token_id", text["bos_token_id"]}, {"eos_token_id", text["vocab_size"].get<int64_t>() - 254},
               {"max_length", text["max_position_embeddings"]}});
   write_sharded_checkpoint(out_dir, specs, o.max_shard_bytes);
   return result;

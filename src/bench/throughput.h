@@ -1,0 +1,32 @@
+#pragma once
+// `kimi bench throughput`: offline generation through the serving engine (no HTTP), as vLLM's
+// `bench throughput`, swept over concurrency levels so that the gain from batching shows as a
+// ratio measured in the same run.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace kimi {
+
+struct ThroughputOptions {
+  std::vector<int64_t> concurrency = {1, 8, 32};
+  int64_t input_len = 64;
+  int64_t output_len = 32;
+  int64_t prompts_per_level = 0;  // 0: 2 x concurrency (at least 4)
+  int64_t max_num_batched_tokens = 2048;
+  uint64_t seed = 0;
+};
+
+struct ThroughputLevel {
+  int64_t concurrency = 0, prompts = 0;
+  double seconds = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
+};
+
+std::vector<ThroughputLevel> run_throughput_bench(Model& model, const ThroughputOptions& options);
+std::string format_throughput_report(const std::vector<ThroughputLevel>& levels);
+
+}  // namespace kimi

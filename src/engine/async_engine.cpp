@@ -1,0 +1,165 @@
+#include "engine/async_engine.h"
+
+#include "common/error.h"
+
+namespace kimi {
+
+void RequestStream::push(RequestOutput o) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(o));
+  }
+  cv_.notify_all();
+}
+
+std::optional<RequestOutput> RequestStream::next() {
+  bool timed_out = false;
+  std::optional<RequestOutput> o;
+  do o = next_for(std::chrono::hours(1), &timed_out);
+  while (timed_out);
+  return o;
+}
+
+std::optional<RequestOutput> RequestStream::next_for(std::chrono::milliseconds timeout, bool* timed_out) {
+  std::unique_lock lock(mu_);
+  *timed_out = false;
+  if (!cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || open_completions_ == 0; })) {
+    *timed_out = true;
+    return std::nullopt;
+  }
+  if (queue_.empty()) return std::nullopt;
+  RequestOutput o = std::move(queue_.front());
+  queue_.pop_front();
+  if (o.finished) --open_completions_;
+  return o;
+}
+
+AsyncEngine::AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
+    : engine_(model, tokenizer, std::move(config)), max_model_len_(engine_.max_model_len()), thread_([this] { loop(); }) {}
+
+AsyncEngine::~AsyncEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt,
+                                                        SamplingParams params, int priority) {
+  // validate() reads only immutable state, so it may run beside a step.
+  engine_.validate(prompt, params);
+  std::shared_ptr<RequestStream> stream(new RequestStream(id, params.n));
+  {
+    std::lock_guard lock(mu_);
+    if (draining_ || stop_) throw Error("the server is shutting down");
+    if (streams_.count(id)) throw Error("a request with id '" + id + "' is already running");
+    streams_.emplace(id, Entry{stream, params.n});
+    pending_adds_.push_back({id, std::move(prompt), std::move(params), priority});
+  }
+  cv_.notify_all();
+  return stream;
+}
+
+void AsyncEngine::abort_request(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    pending_aborts_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+EngineStats AsyncEngine::stats() {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+std::string AsyncEngine::render_metrics(const std::string& model_name) {
+  return engine_.metrics().render_prometheus(model_name);  // Metrics is thread-safe
+}
+
+void AsyncEngine::drain() {
+  std::unique_lock lock(mu_);
+  draining_ = true;
+  drained_cv_.wait(lock, [&] { return streams_.empty(); });
+}
+
+void AsyncEngine::deliver(RequestOutput o) {
+  auto it = streams_.find(o.request_id);
+  if (it == streams_.end()) return;
+  Entry& e = it->second;
+  const bool done = o.finished && --e.open_completions == 0;
+  e.stream->push(std::move(o));
+  if (done) {
+    streams_.erase(it);
+    if (streams_.empty()) drained_cv_.notify_all();
+  }
+}
+
+void AsyncEngine::loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] {
+      return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || engine_.has_unfinished();
+    });
+    if (stop_) break;
+    for (auto& p : pending_adds_) {
+      try {
+        engine_.add_request(p.id, std::move(p.prompt), std::move(p.params), p.priority);
+      } catch (const Error& e) {  // validated already; kept so that a stream never hangs
+        RequestOutput o;
+        o.request_id = p.id;
+        o.finished = true;
+        o.finish_reason = FinishReason::Abort;
+        o.error = e.what();
+        for (int i = 0; i < p.params.n; ++i) o.index = i, deliver(o);
+      }
+    }
+    pending_adds_.clear();
+    for (const auto& id : pending_aborts_) engine_.abort_request(id);
+    pending_aborts_.clear();
+
+    // The step runs without the lock so that callers can queue work meanwhile: only this thread
+    // touches engine_ (validate() aside), and what is shared is published under the lock.
+    lock.unlock();
+    std::vector<RequestOutput> outputs;
+    std::string failure;
+    try {
+      outputs = engine_.step();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    lock.lock();
+    for (RequestOutput& o : outputs) deliver(std::move(o));
+    if (!failure.empty()) {
+      // A failed step must not leave clients waiting: end every request with the error.
+      std::vector<std::string> ids;
+      for (const auto& [id, e] : streams_) ids.push_back(id);
+      for (const auto& id : ids) {
+        engine_.abort_request(id);
+        RequestOutput o;
+        o.request_id = id;
+        o.finished = true;
+        o.finish_reason = FinishReason::Abort;
+        o.error = "internal error: " + failure;
+        for (int n = streams_.at(id).open_completions; n > 0; --n) deliver(o);
+      }
+      (void)engine_.step();  // collects the aborts' outputs, which have no stream any more
+    }
+    stats_ = engine_.stats();
+  }
+  // Shutting down: end every open stream.
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : streams_) ids.push_back(id);
+  for (const auto& id : ids) {
+    RequestOutput o;
+    o.request_id = id;
+    o.finished = true;
+    o.finish_reason = FinishReason::Abort;
+    o.error = "the engine stopped";
+    for (int n = streams_.at(id).open_completions; n > 0; --n) deliver(o);
+  }
+}
+
+}  // namespace kimi

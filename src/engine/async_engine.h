@@ -1,0 +1,85 @@
+#pragma once
+// The engine on its own thread (vLLM's AsyncLLM): any thread may add or abort requests and read
+// their outputs as a stream while the engine thread steps all of them together.
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kimi {
+
+// The outputs of one request, in order; the last one has finished == true.
+class RequestStream {
+ public:
+  // Blocks until the next output; nullopt once the final output has been taken.
+  std::optional<RequestOutput> next();
+  // As next(), giving up after `timeout` (then nullopt with timed_out set).
+  std::optional<RequestOutput> next_for(std::chrono::milliseconds timeout, bool* timed_out);
+  const std::string& id() const { return id_; }
+
+ private:
+  friend class AsyncEngine;
+  explicit RequestStream(std::string id, int completions) : id_(std::move(id)), open_completions_(completions) {}
+  void push(RequestOutput o);
+
+  std::string id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  int open_completions_;  // the stream ends when all n completions have finished
+};
+
+class AsyncEngine {
+ public:
+  AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  ~AsyncEngine();  // stops the thread; unfinished requests are aborted
+  AsyncEngine(const AsyncEngine&) = delete;
+  AsyncEngine& operator=(const AsyncEngine&) = delete;
+
+  // Validates at once (throwing kimi::Error for a bad request) and queues the request.
+  std::shared_ptr<RequestStream> add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
+                                             int priority = 0);
+  void abort_request(const std::string& id);
+  EngineStats stats();
+  std::string render_metrics(const std::string& model_name);
+  int64_t max_model_len() const { return max_model_len_; }
+  // Stops taking requests and waits until the in-flight ones have finished (graceful shutdown).
+  void drain();
+
+ private:
+  void loop();
+  void deliver(RequestOutput o);
+
+  Engine engine_;
+  int64_t max_model_len_;
+  std::mutex mu_;  // guards engine_ calls, pending_ and streams_
+  std::condition_variable cv_;
+  struct Pending {
+    std::string id;
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    int priority;
+  };
+  std::vector<Pending> pending_adds_;
+  std::vector<std::string> pending_aborts_;
+  struct Entry {
+    std::shared_ptr<RequestStream> stream;
+    int open_completions;
+  };
+  std::unordered_map<std::string, Entry> streams_;
+  EngineStats stats_;  // as of the last step, for readers on other threads
+  bool stop_ = false, draining_ = false;
+  int64_t in_flight_ = 0;
+  std::condition_variable drained_cv_;
+  std::thread thread_;
+};
+
+}  // namespace kimi

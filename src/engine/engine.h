@@ -1,0 +1,102 @@
+#pragma once
+// The serving engine's synchronous core (vLLM's EngineCore): requests in, one scheduler step +
+// model forward + sampling per step(), streaming outputs back. Not thread-safe by itself;
+// AsyncEngine runs it on its own thread for concurrent callers.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/metrics.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace kimi {
+
+class Tokenizer;
+
+struct EngineConfig {
+  SchedulerConfig scheduler;     // max_model_len <= 0: the model's max_position_embeddings
+  int64_t block_size = 16;
+  size_t kv_cache_bytes = 0;     // 0: kv_cache_memory_fraction of physical memory
+  double kv_cache_memory_fraction = 0.25;
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;             // for requests without their own seed
+};
+
+struct EngineStats {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  int64_t preemptions = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / found in the cache
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+};
+
+// A finished completion of the offline API.
+struct Completion {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  FinishReason finish_reason = FinishReason::None;
+  std::vector<SampleResult> logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  ~Engine();
+
+  const EngineConfig& config() const { return config_; }
+  int64_t max_model_len() const { return config_.scheduler.max_model_len; }
+
+  // Checks a request without queuing it: throws kimi::Error with a user-facing message (prompt
+  // empty or longer than max_model_len, bad sampling parameters). Reads only immutable state,
+  // so other threads may call it while a step runs.
+  void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // Validates and queues; params.n > 1 makes n completions of the same prompt.
+  void add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params, int priority = 0);
+  // Stops a request (all its completions); its final output, finish_reason abort, comes from
+  // the next step(). False if no such request is in flight.
+  bool abort_request(const std::string& id);
+  // Runs one step; returns the outputs of every request that progressed or finished.
+  std::vector<RequestOutput> step();
+  bool has_unfinished() const { return !requests_.empty() || !pending_.empty(); }
+
+  // Offline batch generation (vLLM's LLM.generate): runs every prompt to completion.
+  // Result [i][j] is completion j of prompt i.
+  std::vector<std::vector<Completion>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                const SamplingParams& params);
+
+  EngineStats stats() const;
+  const KvCacheManager& kv_cache() const { return kv_; }
+  Metrics& metrics() { return metrics_; }
+
+ private:
+  std::unique_ptr<Request> make_request(const std::string& id, int index, const std::vector<int32_t>& prompt,
+                                        const SamplingParams& params, int priority);
+  void admit(Request* r);
+  RequestOutput process_token(Request& r, const float* logits_row);
+  void finish(Request& r, FinishReason reason, std::string stop_reason = {});
+  RequestOutput make_output(Request& r);
+  void release_parked();
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  std::vector<int32_t> eos_ids_;
+  KvCacheManager kv_;
+  KvStorage storage_;
+  Scheduler scheduler_;
+  Metrics metrics_;
+  std::map<std::string, std::unique_ptr<Request>> requests_;  // in flight, by internal id
+  std::vector<Request*> parked_;  // completions 2..n waiting for completion 1's prompt blocks
+  std::vector<RequestOutput> pending_;  // outputs produced outside step() (aborts)
+  uint64_t next_arrival_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+};
+
+}  // namespace kimi

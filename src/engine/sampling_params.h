@@ -1,0 +1,37 @@
+#pragma once
+// Per-request generation settings, with the names and defaults of vLLM's SamplingParams (and so
+// of the OpenAI API fields the server maps onto them).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kimi {
+
+struct SamplingParams {
+  int n = 1;                        // completions per prompt, sharing the prompt's KV blocks
+  float temperature = 1.0f;         // 0: greedy
+  float top_p = 1.0f;               // nucleus mass kept, (0, 1]
+  int top_k = 0;                    // <= 0: all tokens (vLLM also accepts -1)
+  float min_p = 0.0f;               // drop tokens below min_p x the top probability, [0, 1]
+  std::optional<uint64_t> seed;     // per-request stream; reproducible whatever else is batched
+  float presence_penalty = 0.0f;    // [-2, 2], on generated tokens
+  float frequency_penalty = 0.0f;   // [-2, 2], on generated tokens
+  float repetition_penalty = 1.0f;  // > 0, on prompt and generated tokens (1: off)
+  int64_t max_tokens = 16;
+  int64_t min_tokens = 0;           // stop tokens/strings are suppressed until this many
+  std::vector<std::string> stop;    // stop strings, matched across token boundaries
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  std::optional<int> logprobs;         // top-k logprobs per generated token (0: only the sampled one)
+  std::optional<int> prompt_logprobs;  // the same for every prompt token after the first
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
+  bool skip_special_tokens = true;     // in the detokenised text
+
+  // Throws kimi::Error naming the field for values out of range (ids checked against vocab).
+  void validate(int64_t vocab_size) const;
+};
+
+}  // namespace kimi
