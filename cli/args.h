@@ -30,5 +30,10 @@ class Args {
 int run_make_model(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_serve(int argc, char** argv);
+int run_tokenize(int argc, char** argv);
+int run_detokenize(int argc, char** argv);
+int run_train_tokenizer(int argc, char** argv);
+int run_render_template(int argc, char** argv);
 
 }  // namespace kimi::cli

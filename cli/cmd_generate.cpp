@@ -74,24 +74,25 @@ int run_generate(int argc, char** argv) {
   sp.top_k = int(a.get_int("top-k", 0));
   sp.top_p = float(a.get_double("top-p", 1.0));
   sp.seed = uint64_t(a.get_int("seed", 0));
-  Sampler sampler(sp);
+  sp.ignore_eos = a.has("ignore-eos");
+  if (max_tokens > 0) sp.max_tokens = max_tokens;  // 0 stays allowed here: print nothing
+  sp.validate(c.vocab_size);
+  Sampler sampler(sp, *sp.seed, int32_t(c.eos_token_id));
 
   KvCache cache = model.new_cache(int64_t(prompt.size()) + max_tokens);
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  SequenceInput in{prompt, &cache, false};
-  std::vector<float> logits = model.forward({&in, 1});
+  std::vector<float> logits = model.forward(prompt, cache);
   const auto t1 = Clock::now();
   std::vector<int32_t> out;
   for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t next = sampler.sample(logits);
+    const int32_t next = sampler.sample(logits, prompt, out).token;
     out.push_back(next);
     std::printf("%s%d", i ? " " : "", next);
     std::fflush(stdout);
     if (next == c.eos_token_id && !a.has("ignore-eos")) break;
     if (i + 1 == max_tokens) break;
-    SequenceInput step{{&out.back(), 1}, &cache, false};
-    logits = model.forward({&step, 1});
+    logits = model.forward({&out.back(), 1}, cache);
   }
   std::printf("\n");
   std::fflush(stdout);

@@ -14,9 +14,14 @@ void usage() {
       "kimi " KIMI_VERSION " - inference engine for Kimi-K2.5 / DeepSeek-V3 models\n\n"
       "usage: kimi <command> [options]\n\n"
       "commands:\n"
+      "  serve MODEL_DIR      OpenAI-compatible HTTP server (flags as in vllm serve)\n"
       "  make-model OUT_DIR   write a checkpoint of the Kimi-K2.5 layout with random weights\n"
       "  generate             run a prompt through a model and print the continuation\n"
-      "  bench latency        time prefill and decode, as fractions of this machine's limits\n\n"
+      "  bench latency        time prefill and decode, as fractions of this machine's limits\n"
+      "  tokenize             print the token ids of a text\n"
+      "  detokenize           print the text of token ids\n"
+      "  train-tokenizer DIR  train a small BPE vocabulary and write the tokenizer files\n"
+      "  render-template      render a chat template over conversations (as HF transformers)\n\n"
       "Run 'kimi <command> --help' for a command's options.\n");
 }
 
@@ -29,9 +34,14 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   try {
+    if (cmd == "serve") return kimi::cli::run_serve(argc, argv);
     if (cmd == "make-model") return kimi::cli::run_make_model(argc, argv);
     if (cmd == "generate") return kimi::cli::run_generate(argc, argv);
     if (cmd == "bench") return kimi::cli::run_bench(argc, argv);
+    if (cmd == "tokenize") return kimi::cli::run_tokenize(argc, argv);
+    if (cmd == "detokenize") return kimi::cli::run_detokenize(argc, argv);
+    if (cmd == "train-tokenizer") return kimi::cli::run_train_tokenizer(argc, argv);
+    if (cmd == "render-template") return kimi::cli::run_render_template(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("kimi %s\n", KIMI_VERSION);
       return 0;

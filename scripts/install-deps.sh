@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build and the tests need (skipped when all are present).
 set -euo pipefail
-packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev)
+packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev libcpp-httplib-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# node and npm run the parity tests against the npm reference implementations; a machine that
+# already has them (from any source) keeps its own.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"

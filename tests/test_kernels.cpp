@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -185,6 +186,55 @@ TEST_P(KernelsIsa, MatmulUnalignedRowSlice) {
         expect_close(y[size_t(t * 29 + r)], want, mag, "row slice");
       }
   }
+}
+
+TEST_P(KernelsIsa, IgnoresNaNsAroundTheOperands) {
+  // Vector tails must not pick up elements outside W or x: a NaN there (times a zero padding
+  // lane) would poison the sums. W is a row slice between NaN rows, x is followed by NaNs.
+  ThreadPool pool(2);
+  Rng rng(77);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 33, 1}, {7, 61, 3}, {9, 95, 7}, {3, 1030, 2}};
+  for (DType dt : kWeightDTypes)
+    for (const auto& s : shapes) {
+      const int64_t rows = s[0], cols = s[1], n = s[2];
+      TestWeights w = make_weights(dt, rows + 2, cols, rng);
+      const size_t row_bytes = size_t(cols) * dtype_size(dt);
+      for (size_t i = 0; i < size_t(cols); ++i) {
+        const uint16_t nan16 = 0x7fc0;  // a NaN in BF16 and in F16
+        for (size_t row : {size_t(0), size_t(rows + 1)}) {
+          if (dt == DType::F32)
+            std::memcpy(&w.storage[row * row_bytes + i * 4], &nan, 4);
+          else
+            std::memcpy(&w.storage[row * row_bytes + i * 2], &nan16, 2);
+        }
+      }
+      const WeightMatrix slice = w.matrix().row_slice(1, rows);
+      std::vector<float> x = random_floats(size_t(n * cols), rng);
+      x.resize(x.size() + 64, nan);
+      std::vector<float> y(size_t(n * rows));
+      matmul(pool, slice, x.data(), n, y.data(), isa());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0, mag = 0;
+          for (int64_t k = 0; k < cols; ++k) {
+            const double term =
+                double(x[size_t(t * cols + k)]) * w.values[size_t((r + 1) * cols + k)];
+            want += term;
+            mag += std::abs(term);
+          }
+          expect_close(y[size_t(t * rows + r)], want, mag,
+                       std::string("NaN guard ") + std::string(dtype_name(dt)));
+          if (HasFatalFailure()) return;
+        }
+
+      // The untransposed product reads x[n, rows] and all of W's columns.
+      std::vector<float> xu = random_floats(size_t(n * rows), rng);
+      xu.resize(xu.size() + 64, nan);
+      std::vector<float> yu(size_t(n * cols));
+      matmul_untransposed(slice, xu.data(), n, yu.data(), isa());
+      for (float v : yu) ASSERT_FALSE(std::isnan(v)) << "untransposed NaN guard";
+    }
 }
 
 void check_untransposed(Isa isa, const TestWeights& w, int64_t n, Rng& rng) {

@@ -194,7 +194,6 @@ RequestOutput Engine::process_token(Request& r, const float* logits_row) {
   const int64_t produced = int64_t(r.output.size());
   const bool may_stop = produced >= r.params.min_tokens;
 
-  std::string text = r.detokenizer ? r.detokenizer->push(s.token) : std::string();
   FinishReason reason = FinishReason::None;
   std::string stop_reason;
   if (may_stop && !r.params.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), s.token) != eos_ids_.end()) {
@@ -204,6 +203,9 @@ RequestOutput Engine::process_token(Request& r, const float* logits_row) {
     reason = FinishReason::Stop;
     stop_reason = std::to_string(s.token);
   }
+  // The token that stopped generation is not part of the text (as in vLLM), unless asked for.
+  const bool show_token = reason == FinishReason::None || r.params.include_stop_str_in_output;
+  std::string text = r.detokenizer && show_token ? r.detokenizer->push(s.token) : std::string();
   bool stopped_by_string = false;
   // Stop strings are only looked for once min_tokens are out (as in vLLM).
   if (r.stop_matcher && may_stop && reason == FinishReason::None) {

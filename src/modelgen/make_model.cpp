@@ -9,7 +9,12 @@
 #include "format/model_config.h"
 #include "format/safetensors.h"
 #include "model/tensor_layout.h"
+#include "modelgen/chat_template_data.h"
 #include "modelgen/presets.h"
+#include "tokenizer/bpe_trainer.h"
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/tiktoken_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kimi {
 
@@ -96,6 +101,26 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
   if (!out) throw Error(path.string() + ": write failed");
 }
 
+// A real byte-level BPE vocabulary of vocab_size - 256 ranks trained on text every Debian system
+// has, followed by Kimi's 256-token special block, and the chat template: the model takes text
+// end to end, through the same files and loader as the real Kimi-K2.5.
+void write_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {
+  const int32_t ranks = int32_t(vocab_size - Tokenizer::kNumSpecialTokens);
+  const std::filesystem::path corpus[] = {kDefaultTrainingCorpus};
+  std::vector<std::string> tokens = train_bpe_files(corpus, ranks, PreTokenizer());
+  if (int32_t(tokens.size()) != ranks)
+    throw Error("make-model: the training corpus " + std::string(kDefaultTrainingCorpus) + " yields only " +
+                std::to_string(tokens.size()) + " BPE ranks; the preset needs " + std::to_string(ranks));
+  write_tiktoken_file(dir / "tiktoken.model", tokens);
+  nlohmann::json tc = kimi_tokenizer_config(ranks);
+  const std::string tmpl = kKimiK25ChatTemplate;
+  if (!tmpl.empty()) {
+    tc["chat_template"] = tmpl;
+    std::ofstream(dir / "chat_template.jinja") << tmpl;
+  }
+  write_json(dir / "tokenizer_config.json", tc);
+}
+
 }  // namespace
 
 MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModelOptions& o) {
@@ -128,6 +153,7 @@ MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModel
              {{"bos_token_id", text["bos_token_id"]}, {"eos_token_id", text["vocab_size"].get<int64_t>() - 254},
               {"max_length", text["max_position_embeddings"]}});
   write_sharded_checkpoint(out_dir, specs, o.max_shard_bytes);
+  write_tokenizer(out_dir, mc.vocab_size);
   return result;
 }
 

@@ -1,0 +1,135 @@
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "args.h"
+#include "common/error.h"
+#include "engine/async_engine.h"
+#include "model/model.h"
+#include "server/http_server.h"
+#include "server/serving.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kimi::cli {
+
+namespace {
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void usage() {
+  std::printf(
+      "usage: kimi serve MODEL_DIR [options]   (an OpenAI-compatible server, flags as in vllm serve)\n\n"
+      "  --host H (0.0.0.0)  --port P (8000)  --api-key KEY  --served-model-name NAME[,NAME...]\n"
+      "  --max-model-len N  --max-num-seqs N (256)  --max-num-batched-tokens N (2048)  --block-size N (16)\n"
+      "  --enable-prefix-caching | --no-enable-prefix-caching  --seed N  --max-waiting N (1024)\n"
+      "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
+      "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
+      "  --enable-auto-tool-choice  --trust-remote-code  --allowed-local-media-path DIR (accepted)\n"
+      "  --threads N (compute threads)  --api-threads N (256 connections)  --scheduling-policy fcfs|priority\n");
+}
+
+}  // namespace
+
+int run_serve(int argc, char** argv) {
+  const Args a(argc, argv, 2,
+               {"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
+                "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
+                "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
+                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level"},
+               {"help", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
+                "trust-remote-code", "disable-log-requests", "disable-log-stats"});
+  if (a.has("help") || a.positionals().size() != 1) {
+    usage();
+    return a.has("help") ? 0 : 1;
+  }
+  const std::string dir = a.positionals()[0];
+  for (const char* parser : {"tool-call-parser", "reasoning-parser"})
+    if (a.has(parser) && a.get(parser, "") != "kimi_k2")
+      throw Error(std::string("--") + parser + " '" + a.get(parser, "") + "' is not supported (only kimi_k2)");
+
+  // Signals go to a thread of their own (blocked everywhere else, inherited by every thread
+  // started below), so shutdown runs as ordinary code rather than in a signal handler.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
+
+  ModelOptions mo;
+  mo.num_threads = int(a.get_int("threads", 0));
+  Model model(dir, mo);
+  const Tokenizer tokenizer = Tokenizer::load(dir);
+
+  EngineConfig ec;
+  ec.scheduler.max_model_len = a.get_int("max-model-len", 0);
+  ec.scheduler.max_num_seqs = a.get_int("max-num-seqs", 256);
+  ec.scheduler.max_num_batched_tokens = a.get_int("max-num-batched-tokens", 2048);
+  const std::string policy = a.get("scheduling-policy", "fcfs");
+  if (policy != "fcfs" && policy != "priority") throw Error("--scheduling-policy must be fcfs or priority");
+  ec.scheduler.priority_policy = policy == "priority";
+  ec.block_size = a.get_int("block-size", 16);
+  ec.enable_prefix_caching = !a.has("no-enable-prefix-caching");
+  ec.seed = uint64_t(a.get_int("seed", 0));
+  if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
+  ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
+  AsyncEngine engine(model, &tokenizer, ec);
+
+  ServingConfig sc;
+  sc.served_model_names = split_commas(a.get("served-model-name", dir));
+  if (sc.served_model_names.empty()) throw Error("--served-model-name is empty");
+  sc.chat_template = tokenizer.chat_template();
+  if (a.has("chat-template")) {
+    const std::string t = a.get("chat-template", "");
+    std::ifstream in(t);
+    if (in) sc.chat_template.assign(std::istreambuf_iterator<char>(in), {});
+    else if (t.find("{{") != std::string::npos || t.find("{%") != std::string::npos) sc.chat_template = t;
+    else throw Error("--chat-template: cannot read '" + t + "'");
+  }
+  sc.reasoning_parser = a.has("reasoning-parser");
+  sc.tool_parser = a.has("tool-call-parser");
+  sc.max_waiting = a.get_int("max-waiting", 1024);
+  OpenAiServing serving(engine, tokenizer, sc);
+
+  HttpConfig hc;
+  hc.host = a.get("host", "0.0.0.0");
+  hc.port = int(a.get_int("port", 8000));
+  hc.api_key = a.get("api-key", "");
+  hc.threads = int(a.get_int("api-threads", 256));
+  HttpServer server(serving, engine, hc);
+
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::fprintf(stderr, "kimi serve: signal %d, finishing in-flight requests\n", sig);
+    server.stop();
+  });
+  std::thread announcer([&] {
+    for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::fprintf(stderr, "kimi serve: %s on http://%s:%d (max_model_len %lld)\n", sc.served_model_names[0].c_str(),
+                 hc.host.c_str(), server.bound_port(), (long long)engine.max_model_len());
+  });
+  const bool ok = server.listen();
+  announcer.join();
+  if (!ok) {
+    pthread_kill(signal_thread.native_handle(), SIGTERM);  // release the signal thread
+    signal_thread.join();
+    throw Error("cannot listen on " + hc.host + ":" + std::to_string(hc.port));
+  }
+  // listen() returned: stop() ran, from the signal thread.
+  signal_thread.join();
+  std::fprintf(stderr, "kimi serve: stopped\n");
+  return 0;
+}
+
+}  // namespace kimi::cli

@@ -1,0 +1,26 @@
+#pragma once
+// Chat-template rendering as Hugging Face transformers does it (and vLLM through it): the
+// template runs in a Jinja2 environment with trim_blocks and lstrip_blocks on, `tojson` as
+// json.dumps(ensure_ascii=False), and the globals raise_exception and strftime_now.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kimi {
+
+// Renders `tmpl` with the context HF's apply_chat_template builds: `messages`, `tools` (None or
+// the list), `documents` (None), `add_generation_prompt`, `bos_token`, `eos_token`, and every key
+// of `extra_kwargs` (chat_template_kwargs such as {"thinking": false}) spread on top.
+// Throws kimi::Error for template syntax errors, raise_exception() and runtime errors.
+//
+// Key order shows in output (`tools|tojson`, loops over dict items). Python keeps the request's
+// order; so does the ordered_json overload. The nlohmann::json overload sees keys sorted, because
+// nlohmann::json stores objects in a std::map.
+std::string render_chat_template(const std::string& tmpl, const nlohmann::ordered_json& messages,
+                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& extra_kwargs, const std::string& bos_token,
+                                 const std::string& eos_token);
+std::string render_chat_template(const std::string& tmpl, const nlohmann::json& messages, const nlohmann::json& tools,
+                                 bool add_generation_prompt, const nlohmann::json& extra_kwargs,
+                                 const std::string& bos_token, const std::string& eos_token);
+
+}  // namespace kimi

@@ -1,0 +1,233 @@
+// End to end: `kimi serve` on the tiny model, driven by the official OpenAI SDK and raw HTTP.
+// Every check throws on failure; the last line is "N passed, 0 failed" when all pass.
+'use strict';
+const { spawn, execFileSync } = require('child_process');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const OpenAI = require('openai');
+
+const kimi = process.argv[2];
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-e2e-'));
+const results = [];
+
+function assert(cond, msg) { if (!cond) throw new Error('assertion failed: ' + msg); }
+
+async function startServer(extraArgs) {
+  const model = path.join(dir, 'tiny');
+  if (!fs.existsSync(model)) execFileSync(kimi, ['make-model', model, '--preset', 'tiny']);
+  const proc = spawn(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny,kimi-tiny',
+    '--max-model-len', '512', '--api-key', 'secret', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('server did not start: ' + log)), 60000);
+    proc.stderr.on('data', (d) => {
+      log += d.toString();
+      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    proc.on('exit', (code) => reject(new Error('server exited with ' + code + ': ' + log)));
+  });
+  return { proc, port, base: `http://127.0.0.1:${port}`, log: () => log };
+}
+
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push([name, true]);
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    results.push([name, false]);
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+  }
+}
+
+async function expectStatus(promise, status) {
+  try {
+    await promise;
+  } catch (e) {
+    assert(e.status === status, `expected HTTP ${status}, got ${e.status}: ${e.message}`);
+    return e;
+  }
+  throw new Error(`expected HTTP ${status}, got success`);
+}
+
+async function raw(base, route, body, headers = {}) {
+  const res = await fetch(base + route, {
+    method: 'POST', body: typeof body === 'string' ? body : JSON.stringify(body),
+    headers: { 'Content-Type': 'application/json', Authorization: 'Bearer secret', ...headers },
+  });
+  return { status: res.status, json: await res.json().catch(() => null) };
+}
+
+async function metric(base, name) {
+  const text = await (await fetch(base + '/metrics')).text();
+  const line = text.split('\n').find((l) => l.startsWith(name + '{') || l.startsWith(name + ' '));
+  return line ? Number(line.split(' ').pop()) : NaN;
+}
+
+async function main() {
+  const server = await startServer(['--reasoning-parser', 'kimi_k2', '--tool-call-parser', 'kimi_k2',
+    '--enable-auto-tool-choice', '--trust-remote-code']);
+  const client = new OpenAI({ baseURL: server.base + '/v1', apiKey: 'secret', maxRetries: 0 });
+
+  await check('models list', async () => {
+    const models = await client.models.list();
+    const ids = models.data.map((m) => m.id);
+    assert(ids.includes('tiny') && ids.includes('kimi-tiny'), JSON.stringify(ids));
+  });
+
+  await check('completion', async () => {
+    const r = await client.completions.create({ model: 'tiny', prompt: 'Hello world', max_tokens: 5, temperature: 0, ignore_eos: true });
+    assert(typeof r.choices[0].text === 'string', 'text');
+    assert(r.choices[0].finish_reason === 'length', r.choices[0].finish_reason);
+    assert(r.usage.completion_tokens === 5, JSON.stringify(r.usage));
+    assert(r.usage.total_tokens === r.usage.prompt_tokens + 5, 'usage sums');
+    const again = await client.completions.create({ model: 'tiny', prompt: 'Hello world', max_tokens: 5, temperature: 0, ignore_eos: true });
+    assert(again.choices[0].text === r.choices[0].text, 'greedy is deterministic');
+  });
+
+  await check('completion with n, logprobs and echo', async () => {
+    const r = await client.completions.create({ model: 'kimi-tiny', prompt: ['One', 'Two'], n: 2, max_tokens: 3,
+      logprobs: 2, seed: 7, echo: true, ignore_eos: true });
+    assert(r.choices.length === 4, 'four choices');
+    assert(r.choices[0].text.startsWith('One') && r.choices[2].text.startsWith('Two'), 'echo');
+    assert(r.choices[0].logprobs.token_logprobs.length === 3, 'logprobs per token');
+    assert(r.usage.completion_tokens === 12, JSON.stringify(r.usage));
+  });
+
+  await check('chat with reasoning split', async () => {
+    const r = await client.chat.completions.create({ model: 'tiny', messages: [
+      { role: 'system', content: 'You are terse.' }, { role: 'user', content: 'What is 2+2?' }], max_tokens: 8 });
+    const m = r.choices[0].message;
+    assert(m.role === 'assistant', 'role');
+    assert(typeof m.reasoning_content === 'string', 'reasoning_content is a string with thinking on');
+    assert(r.usage.completion_tokens >= 1, 'usage');
+    const off = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 8, chat_template_kwargs: { thinking: false } });
+    assert(off.choices[0].message.reasoning_content == null, 'no reasoning with thinking off');
+    assert(typeof off.choices[0].message.content === 'string', 'content');
+  });
+
+  await check('streaming chat with usage', async () => {
+    const stream = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 6, stream: true, stream_options: { include_usage: true }, chat_template_kwargs: { thinking: false },
+      ignore_eos: true });
+    let text = '', finish = null, usage = null, chunks = 0;
+    for await (const chunk of stream) {
+      chunks++;
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        text += c.delta.content || '';
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert(chunks >= 2, 'chunks');
+    assert(finish === 'length', 'finish ' + finish);
+    assert(usage && usage.completion_tokens === 6, JSON.stringify(usage));
+    const whole = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 6, temperature: 0, chat_template_kwargs: { thinking: false } });
+    const streamed = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 6, temperature: 0, stream: true, chat_template_kwargs: { thinking: false } });
+    let s = '';
+    for await (const chunk of streamed) for (const c of chunk.choices) s += c.delta.content || '';
+    assert(s === whole.choices[0].message.content, 'streamed text equals the whole text');
+  });
+
+  await check('tools on the HTTP path', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const r = await client.chat.completions.create({ model: 'tiny', messages: [
+      { role: 'user', content: 'Weather in NYC?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'functions.get_weather:0', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city": "NYC"}' } }] },
+      { role: 'tool', tool_call_id: 'functions.get_weather:0', content: '{"temp": 72}' }], tools, max_tokens: 8 });
+    const m = r.choices[0].message;
+    assert(Array.isArray(m.tool_calls), 'tool_calls is a list');
+    assert(['length', 'stop', 'tool_calls'].includes(r.choices[0].finish_reason), r.choices[0].finish_reason);
+    const tok = await raw(server.base, '/tokenize', { model: 'tiny', messages: [{ role: 'user', content: 'Hi' }], tools });
+    assert(tok.status === 200 && tok.json.count > 10, 'tokenize renders the tool declaration');
+  });
+
+  await check('tokenize and detokenize', async () => {
+    const t = await raw(server.base, '/tokenize', { prompt: 'Hello world' });
+    const d = await raw(server.base, '/detokenize', { tokens: t.json.tokens });
+    assert(d.json.prompt === 'Hello world', JSON.stringify(d.json));
+  });
+
+  await check('errors', async () => {
+    await expectStatus(client.completions.create({ model: 'nope', prompt: 'x' }), 404);
+    const bad = new OpenAI({ baseURL: server.base + '/v1', apiKey: 'wrong', maxRetries: 0 });
+    await expectStatus(bad.models.list(), 401);
+    let r = await raw(server.base, '/v1/chat/completions', '{"model": "tiny", "messages": [');
+    assert(r.status === 400 && r.json.error.message.includes('JSON'), 'malformed JSON: ' + JSON.stringify(r));
+    r = await raw(server.base, '/v1/completions', { model: 'tiny', prompt: 'x', max_tokens: 'many' });
+    assert(r.status === 400 && r.json.error.param === 'max_tokens', 'wrong type: ' + JSON.stringify(r));
+    r = await raw(server.base, '/v1/completions', { model: 'tiny', prompt: 'word '.repeat(2000) });
+    assert(r.status === 400 && r.json.error.message.includes('maximum context length'), 'too long: ' + JSON.stringify(r));
+    r = await raw(server.base, '/v1/completions', { model: 'tiny', prompt: 'x', n: 1000 });
+    assert(r.status === 400, 'n too large');
+    r = await raw(server.base, '/v1/chat/completions', { model: 'tiny', messages: [{ role: 'wizard', content: 'x' }] });
+    assert(r.status === 400, 'bad role');
+    r = await raw(server.base, '/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(40 << 20) }));
+    assert(r.status === 413, 'body too large: ' + r.status);
+    const health = await fetch(server.base + '/health');
+    assert(health.status === 200, 'still serving');
+  });
+
+  await check('64 concurrent streaming clients', async () => {
+    const one = async (i) => {
+      const stream = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: `Client ${i}` }],
+        max_tokens: 5, stream: true, stream_options: { include_usage: true }, chat_template_kwargs: { thinking: false },
+        ignore_eos: true });
+      let finish = null, usage = null;
+      for await (const chunk of stream) {
+        if (chunk.usage) usage = chunk.usage;
+        for (const c of chunk.choices) if (c.finish_reason) finish = c.finish_reason;
+      }
+      assert(finish === 'length' && usage && usage.completion_tokens === 5, `client ${i}: ${finish} ${JSON.stringify(usage)}`);
+    };
+    await Promise.all(Array.from({ length: 64 }, (_, i) => one(i)));
+  });
+
+  await check('client disconnect aborts the request', async () => {
+    const ac = new AbortController();
+    const res = await fetch(server.base + '/v1/completions', {
+      method: 'POST', signal: ac.signal,
+      headers: { 'Content-Type': 'application/json', Authorization: 'Bearer secret' },
+      body: JSON.stringify({ model: 'tiny', prompt: 'Go on', max_tokens: 400, stream: true, ignore_eos: true }),
+    });
+    const reader = res.body.getReader();
+    await reader.read();
+    ac.abort();
+    let running = NaN;
+    for (let i = 0; i < 100; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      running = await metric(server.base, 'kimi:num_requests_running');
+      if (running === 0) break;
+    }
+    assert(running === 0, 'running requests after disconnect: ' + running);
+    const aborted = await metric(server.base, 'kimi:request_success_total{finished_reason="abort"');
+    assert(!(aborted === 0), 'abort counted');
+  });
+
+  await check('SIGTERM drains in-flight requests, then exits', async () => {
+    const pending = client.completions.create({ model: 'tiny', prompt: 'Last one', max_tokens: 30, ignore_eos: true });
+    await new Promise((r) => setTimeout(r, 100));
+    const exited = new Promise((resolve) => server.proc.on('exit', (code) => resolve(code)));
+    server.proc.kill('SIGTERM');
+    const r = await pending;
+    assert(r.usage.completion_tokens === 30, 'in-flight request completed');
+    const code = await exited;
+    assert(code === 0, 'exit code ' + code);
+  });
+
+  const failed = results.filter((r) => !r[1]).length;
+  console.log(`${results.length - failed} passed, ${failed} failed`);
+  if (server.proc.exitCode === null) server.proc.kill('SIGKILL');
+  fs.rmSync(dir, { recursive: true, force: true });
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => { console.log('FAIL setup: ' + (e.stack || e)); console.log('0 passed, 1 failed'); process.exit(1); });
