@@ -1,4 +1,5 @@
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -8,6 +9,9 @@
 #include "common/error.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "text_generation.h"
+#include "tokenizer/incremental_decoder.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kimi::cli {
 
@@ -47,24 +51,32 @@ int run_generate(int argc, char** argv) {
                {"help", "ignore-eos"});
   if (a.has("help")) {
     std::printf(
-        "usage: kimi generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T]\n"
-        "                     [--top-k K] [--top-p P] [--seed S] [--threads N] [--ignore-eos]\n"
-        "                     [--attention auto|naive|absorbed]\n\n"
-        "Prints the generated token ids (greedy at temperature 0, the default). Text prompts\n"
-        "(--prompt) need the tokenizer, which this build does not have yet.\n");
+        "usage: kimi generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
+        "                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+        "                     [--ignore-eos] [--attention auto|naive|absorbed]\n\n"
+        "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
+        "--prompt-ids it prints the generated token ids instead.\n");
     return 0;
   }
-  if (a.has("prompt") && !a.has("prompt-ids"))
-    throw Error("--prompt needs the tokenizer, which is not implemented yet; pass token ids with --prompt-ids");
-  const std::vector<int32_t> prompt = parse_ids(a.require("prompt-ids"));
+  if (a.has("prompt") == a.has("prompt-ids")) throw Error("give exactly one of --prompt and --prompt-ids");
   const int64_t max_tokens = a.get_int("max-tokens", 16);
-  if (max_tokens < 0) throw Error("--max-tokens must not be negative");
+  if (max_tokens < 1) throw Error("--max-tokens must be at least 1");
 
+  // Flags are checked before the (slow) model load.
+  std::vector<int32_t> prompt;
+  if (a.has("prompt-ids")) prompt = parse_ids(a.require("prompt-ids"));
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
-  Model model(a.require("model"), mo);
+  const std::string dir = a.require("model");
+  Model model(dir, mo);
   const ModelConfig& c = model.config();
+  std::optional<Tokenizer> tokenizer;
+  if (a.has("prompt")) {
+    tokenizer = Tokenizer::load(dir);
+    prompt = tokenizer->encode(a.get("prompt", ""));
+    if (prompt.empty()) throw Error("--prompt is empty");
+  }
   if (int64_t(prompt.size()) + max_tokens > c.max_position_embeddings)
     throw Error("prompt + max tokens exceed the model's max_position_embeddings (" +
                 std::to_string(c.max_position_embeddings) + ")");
@@ -75,33 +87,29 @@ int run_generate(int argc, char** argv) {
   sp.top_p = float(a.get_double("top-p", 1.0));
   sp.seed = uint64_t(a.get_int("seed", 0));
   sp.ignore_eos = a.has("ignore-eos");
-  if (max_tokens > 0) sp.max_tokens = max_tokens;  // 0 stays allowed here: print nothing
+  sp.max_tokens = max_tokens;
   sp.validate(c.vocab_size);
-  Sampler sampler(sp, *sp.seed, int32_t(c.eos_token_id));
+  std::vector<int32_t> stop_ids;
+  for (int64_t id : c.eos_token_ids) stop_ids.push_back(int32_t(id));
 
   KvCache cache = model.new_cache(int64_t(prompt.size()) + max_tokens);
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  std::vector<float> logits = model.forward(prompt, cache);
-  const auto t1 = Clock::now();
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < max_tokens; ++i) {
-    const int32_t next = sampler.sample(logits, prompt, out).token;
-    out.push_back(next);
-    std::printf("%s%d", i ? " " : "", next);
+  std::vector<int32_t> cached;
+  std::optional<IncrementalDecoder> text;
+  if (tokenizer) text.emplace(*tokenizer, true);
+  bool first = true;
+  const GenerationStats st = generate_tokens(model, cache, cached, prompt, sp, stop_ids, [&](int32_t t) {
+    if (text) std::fputs(text->push(t).c_str(), stdout);
+    else std::printf("%s%d", first ? "" : " ", t);
+    first = false;
     std::fflush(stdout);
-    if (next == c.eos_token_id && !a.has("ignore-eos")) break;
-    if (i + 1 == max_tokens) break;
-    logits = model.forward({&out.back(), 1}, cache);
-  }
+    return true;
+  });
+  if (text) std::fputs(text->flush().c_str(), stdout);
   std::printf("\n");
   std::fflush(stdout);
-  const auto t2 = Clock::now();
-  const double pre = std::chrono::duration<double>(t1 - t0).count();
-  const double dec = std::chrono::duration<double>(t2 - t1).count();
   std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %zu tokens in %.3f s (%.1f tokens/s)\n",
-               prompt.size(), pre, double(prompt.size()) / pre, out.size(), dec,
-               out.size() > 1 ? double(out.size() - 1) / dec : 0.0);
+               st.prompt_tokens, st.prefill_seconds, double(st.prompt_tokens) / st.prefill_seconds, st.generated,
+               st.decode_seconds, st.generated > 1 ? double(st.generated - 1) / st.decode_seconds : 0.0);
   return 0;
 }
 

@@ -27,12 +27,12 @@ std::string read_file(const std::string& path) {
 
 // One case: {"messages": [...], "tools": [...]|null, "add_generation_prompt": bool,
 // "kwargs": {...}, "bos_token": "...", "eos_token": "..."}.
-std::string render_case(const std::string& tmpl, const nlohmann::ordered_json& c) {
+std::string render_case(const ChatTemplate& tmpl, const nlohmann::ordered_json& c) {
   if (!c.is_object() || !c.contains("messages")) throw Error("each case must be an object with \"messages\"");
   const nlohmann::ordered_json tools = c.value("tools", nlohmann::ordered_json());
   const nlohmann::ordered_json kwargs = c.value("kwargs", nlohmann::ordered_json::object());
-  return render_chat_template(tmpl, c["messages"], tools, c.value("add_generation_prompt", false), kwargs,
-                              c.value("bos_token", std::string()), c.value("eos_token", std::string()));
+  return tmpl.render(c["messages"], tools, c.value("add_generation_prompt", false), kwargs,
+                     c.value("bos_token", std::string()), c.value("eos_token", std::string()));
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ int run_render_template(int argc, char** argv) {
         "{\"name\", \"error\"} objects.\n");
     return 0;
   }
-  const std::string tmpl = read_file(a.require("template"));
+  const ChatTemplate tmpl(read_file(a.require("template")));
   nlohmann::ordered_json input;
   try {
     input = nlohmann::ordered_json::parse(read_file(a.require("input")));

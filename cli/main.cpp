@@ -17,6 +17,7 @@ void usage() {
       "  serve MODEL_DIR      OpenAI-compatible HTTP server (flags as in vllm serve)\n"
       "  make-model OUT_DIR   write a checkpoint of the Kimi-K2.5 layout with random weights\n"
       "  generate             run a prompt through a model and print the continuation\n"
+      "  chat                 interactive chat in the terminal, with the model's chat template\n"
       "  bench latency        time prefill and decode, as fractions of this machine's limits\n"
       "  tokenize             print the token ids of a text\n"
       "  detokenize           print the text of token ids\n"
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "serve") return kimi::cli::run_serve(argc, argv);
+    if (cmd == "chat") return kimi::cli::run_chat(argc, argv);
     if (cmd == "make-model") return kimi::cli::run_make_model(argc, argv);
     if (cmd == "generate") return kimi::cli::run_generate(argc, argv);
     if (cmd == "bench") return kimi::cli::run_bench(argc, argv);

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -43,6 +44,25 @@ TEST(Cli, MakeModelThenGenerateGreedily) {
   // Greedy is deterministic, and the same whichever attention form decodes.
   const CmdResult again = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --attention naive");
   EXPECT_EQ(again.out.substr(0, again.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+}
+
+TEST(Cli, TextInTextOut) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(run("make-model " + dir).status, 0);
+  // make-model ships a tokenizer and a chat template, so the model takes text end to end.
+  CmdResult r = run("generate --model " + dir + " --prompt 'The GNU General Public License' --max-tokens 5 --ignore-eos");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("generated: 5 tokens"), std::string::npos) << r.out;
+  r = run("tokenize --model " + dir + " --text 'Hello world'");
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("chat --model " + dir + " --max-tokens 4 --no-thinking < /dev/null");
+  EXPECT_EQ(r.status, 0) << r.out;
+  const std::string script = (d.path() / "in.txt").string();
+  std::ofstream(script) << "Hello there\n/reset\nAgain\n";
+  r = run("chat --model " + dir + " --max-tokens 4 --temperature 0 < " + script);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(conversation reset)"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BenchLatencyReportsRooflineFractions) {

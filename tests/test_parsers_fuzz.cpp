@@ -64,7 +64,7 @@ std::string well_formed(Rng& rng) {
     text += "<|tool_call_section_begin|>";
   const size_t calls = rng.next_u64() % 4;
   for (size_t i = 0; i < calls; ++i)
-    text += "<|tool_call_begin|> functions.tool_" + std::to_string(i) + ":" + std::to_string(i) +
+    text += std::string("<|tool_call_begin|> functions.tool_") + std::to_string(i) + ":" + std::to_string(i) +
             "\n<|tool_call_argument_begin|>{\"k\": \"v <b>\",\n  \"n\": " + std::to_string(i) +
             "}  <|tool_call_end|>";
   return text + "<|tool_calls_section_end|>";
@@ -188,7 +188,8 @@ TEST(ParsersFuzz, ManyBrokenCallsParseInLinearTime) {
   // Each call lacks its end marker; a quadratic scan for it would take minutes.
   std::string text = "<|tool_calls_section_begin|>";
   for (int i = 0; i < 50000; ++i)
-    text += "<|tool_call_begin|>functions.f:" + std::to_string(i) + "<|tool_call_argument_begin|>{}";
+    text +=
+        std::string("<|tool_call_begin|>functions.f:") + std::to_string(i) + "<|tool_call_argument_begin|>{}";
   const std::string tail = "<|tool_call_end|>";
   const auto start = std::chrono::steady_clock::now();
   const auto whole = KimiK2ToolParser().extract(text + tail);

@@ -9,7 +9,7 @@ namespace {
 
 using parser_test::cut;
 
-constexpr std::string_view kSection = "<|tool_calls_section_begin|>";
+const std::string kSection = "<|tool_calls_section_begin|>";
 
 struct Case {
   std::string text;
@@ -41,11 +41,11 @@ TEST(ReasoningParser, WholeText) {
       {" <think>x</think>y", " <think>x", "y"},
       {"a<think>b</think>c", "a<think>b", "c"},
       // A tool section ends the reasoning and stays in the content for the tool parser.
-      {"Need a tool." + std::string(kSection) + call, "Need a tool.", std::string(kSection) + call},
-      {"<think>r" + std::string(kSection), "r", std::string(kSection)},
+      {"Need a tool." + kSection + call, "Need a tool.", kSection + call},
+      {"<think>r" + kSection, "r", kSection},
       // The earlier of the two markers ends the reasoning.
-      {"r</think>c" + std::string(kSection) + "s", "r", "c" + std::string(kSection) + "s"},
-      {"r" + std::string(kSection) + "s</think>c", "r", std::string(kSection) + "s</think>c"},
+      {"r</think>c" + kSection + "s", "r", "c" + kSection + "s"},
+      {"r" + kSection + "s</think>c", "r", kSection + "s</think>c"},
       // Only the first </think> ends it.
       {"a</think>b</think>c", "a", "b</think>c"},
       // The singular spelling is not a token: it does not end the reasoning.
@@ -107,7 +107,7 @@ TEST(ReasoningParser, SectionMarkerSplitAcrossDeltasGoesToContent) {
 }
 
 std::vector<std::string> stream_texts() {
-  const std::string s(kSection);
+  const std::string& s = kSection;
   return {
       "",
       "<think>Let me think.</think>The answer is 4.",
@@ -148,9 +148,9 @@ TEST(ReasoningParser, StreamEqualsWholeTextForEverySplit) {
 TEST(ReasoningParser, StreamEqualsWholeTextForRandomSplitsOfLongText) {
   Rng rng(7);
   std::string text = "<think>";
-  for (int i = 0; i < 300; ++i) text += "step " + std::to_string(i) + " <thi </th <|tool_calls ";
+  for (int i = 0; i < 300; ++i) text += std::string("step ") + std::to_string(i) + " <thi </th <|tool_calls ";
   text += "</think>";
-  for (int i = 0; i < 300; ++i) text += "content " + std::to_string(i) + " </think> ";
+  for (int i = 0; i < 300; ++i) text += std::string("content ") + std::to_string(i) + " </think> ";
   const auto expected = KimiK2ReasoningParser().extract(text);
   for (int trial = 0; trial < 50; ++trial) {
     const auto got =

@@ -14,8 +14,9 @@ const std::string kSection = "<|tool_calls_section_begin|>";
 const std::string kSectionEnd = "<|tool_calls_section_end|>";
 
 std::string call(std::string_view id, std::string_view args) {
-  return "<|tool_call_begin|>" + std::string(id) + "<|tool_call_argument_begin|>" + std::string(args) +
-         "<|tool_call_end|>";
+  std::string s = "<|tool_call_begin|>";
+  s.append(id).append("<|tool_call_argument_begin|>").append(args).append("<|tool_call_end|>");
+  return s;
 }
 
 std::string section(const std::string& calls) { return kSection + calls + kSectionEnd; }
@@ -31,7 +32,7 @@ TEST(ToolParser, NoSectionIsPlainContent) {
   EXPECT_EQ(r.content, "Just an answer.");
   EXPECT_TRUE(r.calls.empty());
   // Call markers outside a section are text.
-  const std::string stray = "a" + call("functions.f:0", "{}");
+  const std::string stray = std::string("a") + call("functions.f:0", "{}");
   r = p.extract(stray);
   EXPECT_EQ(r.content, stray);
   EXPECT_TRUE(r.calls.empty());
@@ -45,8 +46,8 @@ TEST(ToolParser, SingleCall) {
 
 TEST(ToolParser, MultipleCallsAndContentBefore) {
   const std::string text =
-      "Let me check both." + section(call("functions.get_weather:0", R"({"city": "NYC"})") +
-                                     call("functions.get_time:1", R"({"tz": "EST"})"));
+      std::string("Let me check both.") + section(call("functions.get_weather:0", R"({"city": "NYC"})") +
+                                                  call("functions.get_time:1", R"({"tz": "EST"})"));
   const auto r = KimiK2ToolParser().extract(text);
   EXPECT_EQ(r.content, "Let me check both.");
   expect_calls(r.calls, {{"functions.get_weather:0", "get_weather", R"({"city": "NYC"})"},
@@ -80,8 +81,8 @@ TEST(ToolParser, ArgumentsAreRawText) {
 }
 
 TEST(ToolParser, SingularSectionMarker) {
-  const auto r = KimiK2ToolParser().extract("hi<|tool_call_section_begin|>" + call("functions.f:0", "{}") +
-                                            "<|tool_call_section_end|>");
+  const auto r = KimiK2ToolParser().extract(std::string("hi<|tool_call_section_begin|>") +
+                                            call("functions.f:0", "{}") + "<|tool_call_section_end|>");
   EXPECT_EQ(r.content, "hi");
   expect_calls(r.calls, {{"functions.f:0", "f", "{}"}});
 }
@@ -119,8 +120,8 @@ TEST(ToolParser, MissingEndMarkers) {
 
 TEST(ToolParser, NothingAfterTheSectionIsContent) {
   // vLLM's whole-text content is the text before the first section; calls in a later section count.
-  const std::string text =
-      "a" + section(call("functions.f:0", "{}")) + "between" + section(call("functions.g:1", "[]")) + "after";
+  std::string text = "a";
+  text += section(call("functions.f:0", "{}")) + "between" + section(call("functions.g:1", "[]")) + "after";
   const auto r = KimiK2ToolParser().extract(text);
   EXPECT_EQ(r.content, "a");
   expect_calls(r.calls, {{"functions.f:0", "f", "{}"}, {"functions.g:1", "g", "[]"}});
@@ -187,7 +188,7 @@ std::vector<std::string> stream_texts() {
       "",
       "Plain answer with <b>tags</b> and <|im_end and <|tool_calls_sec fragments.",
       section(call("functions.get_weather:0", R"({"city": "NYC"})")),
-      "Let me check." + section(weather + call("functions.get_time:1", R"({"tz": "EST"})")),
+      std::string("Let me check.") + section(weather + call("functions.get_time:1", R"({"tz": "EST"})")),
       section(call("functions.a.b.func:1", "{}") + call("get_weather:0", "[1, 2]")),
       kSection +
           "\n<|tool_call_begin|> \n functions.search:12 \n<|tool_call_argument_begin|>\n  {\n  \"q\": \"a  "
@@ -204,7 +205,7 @@ std::vector<std::string> stream_texts() {
       "text" + kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argum",
       "<|tool_calls_section_begin|",
       "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>" + kSection,
-      "天气如何？" + section(call("functions.天气:0", R"({"城市": "北京"})")),
+      std::string("天气如何？") + section(call("functions.天气:0", R"({"城市": "北京"})")),
       section("<|tool_call_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_"
               "end|>"),
   };
@@ -236,13 +237,14 @@ TEST(ToolParser, StreamEqualsWholeTextForEverySplit) {
 TEST(ToolParser, StreamEqualsWholeTextForRandomSplitsOfLongText) {
   Rng rng(11);
   std::string text = "Some content first. ";
-  for (int i = 0; i < 40; ++i) text += "line " + std::to_string(i) + " <b> ";
+  for (int i = 0; i < 40; ++i) text += std::string("line ") + std::to_string(i) + " <b> ";
   text += kSection;
   for (int i = 0; i < 60; ++i) {
-    std::string args = "{\"i\": " + std::to_string(i) + ", \"text\": \"";
+    std::string args = std::string("{\"i\": ") + std::to_string(i) + ", \"text\": \"";
     for (int k = 0; k < i * 7; ++k) args += k % 5 == 0 ? "  \n" : "ab<c";
     args += "\"}  ";
-    text += "\n" + call("functions.tool_" + std::to_string(i % 7) + ":" + std::to_string(i), args);
+    text += '\n';
+    text += call("functions.tool_" + std::to_string(i % 7) + ":" + std::to_string(i), args);
   }
   text += kSectionEnd;
   const auto expected = KimiK2ToolParser().extract(text);

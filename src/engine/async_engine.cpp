@@ -75,6 +75,11 @@ EngineStats AsyncEngine::stats() {
   return stats_;
 }
 
+int64_t AsyncEngine::num_waiting() {
+  std::lock_guard lock(mu_);
+  return std::max<int64_t>(0, int64_t(streams_.size()) - stats_.running);
+}
+
 std::string AsyncEngine::render_metrics(const std::string& model_name) {
   return engine_.metrics().render_prometheus(model_name);  // Metrics is thread-safe
 }

@@ -49,6 +49,8 @@ class AsyncEngine {
                                              int priority = 0);
   void abort_request(const std::string& id);
   EngineStats stats();
+  // Requests accepted but not running yet (queued here or in the scheduler), for admission control.
+  int64_t num_waiting();
   std::string render_metrics(const std::string& model_name);
   int64_t max_model_len() const { return max_model_len_; }
   // Stops taking requests and waits until the in-flight ones have finished (graceful shutdown).

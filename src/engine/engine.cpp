@@ -162,6 +162,7 @@ RequestOutput Engine::make_output(Request& r) {
   o.finished = r.finished();
   o.finish_reason = r.finish_reason;
   o.stop_reason = r.stop_reason;
+  o.stop_token = r.stop_token;
   o.prompt_tokens = int64_t(r.prompt.size());
   o.completion_tokens = int64_t(r.output.size());
   o.cached_tokens = r.num_cached_tokens;
@@ -201,7 +202,7 @@ RequestOutput Engine::process_token(Request& r, const float* logits_row) {
   } else if (may_stop && std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
                              r.params.stop_token_ids.end()) {
     reason = FinishReason::Stop;
-    stop_reason = std::to_string(s.token);
+    r.stop_token = s.token;
   }
   // The token that stopped generation is not part of the text (as in vLLM), unless asked for.
   const bool show_token = reason == FinishReason::None || r.params.include_stop_str_in_output;

@@ -31,7 +31,8 @@ struct RequestOutput {
   std::vector<std::vector<TokenLogprob>> prompt_logprobs;  // once, with the first output
   bool finished = false;
   FinishReason finish_reason = FinishReason::None;
-  std::string stop_reason;  // the stop string or stop token that ended it
+  std::string stop_reason;  // the stop string that ended it
+  int32_t stop_token = -1;  // or the stop_token_ids entry that did
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // usage so far
   std::string error;        // set when the request failed (e.g. rejected at admission)
 };
@@ -51,6 +52,7 @@ struct Request {
   RequestStatus status = RequestStatus::Waiting;
   FinishReason finish_reason = FinishReason::None;
   std::string stop_reason;
+  int32_t stop_token = -1;
   int64_t num_computed_tokens = 0;  // tokens whose KV rows are in the cache
   int64_t num_cached_tokens = 0;    // of the prompt, found in the prefix cache at admission
   std::vector<int32_t> block_table;

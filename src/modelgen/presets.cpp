@@ -15,10 +15,11 @@ struct Sizes {
 
 // tiny: the test model (a few seconds of suite time), with grouped routing so that the group
 //       selection path is exercised (Kimi itself uses one group).
-// small: a few hundred million parameters for benchmarks, one routing group like Kimi-K2.5.
+// small: a few hundred million parameters for benchmarks, one routing group like Kimi-K2.5; its
+//        vocabulary (6144 BPE ranks) is what the always-present training corpus yields.
 constexpr Sizes kPresets[] = {
     {"tiny", 1280, 64, 160, 32, 3, 4, 48, 32, 16, 8, 16, 16, 4, 1, 4, 2},
-    {"small", 16640, 1024, 2816, 512, 8, 8, 384, 256, 64, 32, 64, 32, 4, 1, 1, 1},
+    {"small", 6400, 1024, 2816, 512, 8, 8, 384, 256, 64, 32, 64, 32, 4, 1, 1, 1},
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "server/serving.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 
 #include "server/api_error.h"
@@ -34,6 +36,7 @@ struct ChoiceState {
   std::vector<SampleResult> logprobs;
   FinishReason finish = FinishReason::None;
   std::string stop_reason;
+  int32_t stop_token = -1;
   bool finished = false;
 };
 
@@ -50,16 +53,17 @@ void drain(RequestStream& s, std::vector<ChoiceState>& choices, size_t offset, i
       c.finished = true;
       c.finish = o->finish_reason;
       c.stop_reason = o->stop_reason;
+      c.stop_token = o->stop_token;
       completion_tokens += o->completion_tokens;
       cached = std::max(cached, o->cached_tokens);
     }
   }
 }
 
+// A stop token id is reported as a number, a stop string as a string (as vLLM does).
 ojson stop_reason_json(const ChoiceState& c) {
+  if (c.stop_token >= 0) return c.stop_token;
   if (c.stop_reason.empty()) return nullptr;
-  if (!c.stop_reason.empty() && std::all_of(c.stop_reason.begin(), c.stop_reason.end(), ::isdigit))
-    return std::stoll(c.stop_reason);
   return c.stop_reason;
 }
 
@@ -378,7 +382,7 @@ void OpenAiServing::check_model(const std::string& model) const {
 }
 
 void OpenAiServing::check_capacity() const {
-  if (engine_.stats().waiting >= config_.max_waiting)
+  if (engine_.num_waiting() >= config_.max_waiting)
     throw ApiError(429, "Too many requests are waiting (--max-waiting " + std::to_string(config_.max_waiting) +
                             "); retry later.");
 }

@@ -3,6 +3,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <array>
+#include <cstdint>
+
 #include "common/error.h"
 #include "tokenizer/utf8.h"
 
@@ -22,6 +25,108 @@ struct MatchContextFree {
 struct JitStackFree {
   void operator()(pcre2_jit_stack* p) const { pcre2_jit_stack_free(p); }
 };
+
+// The Kimi pattern on ASCII, written out. Most text is mostly ASCII, and deciding a piece here
+// costs a few table lookups instead of a PCRE2 call. Returns false ("undecided") whenever the
+// piece or the character that decides where it ends is not ASCII; PCRE2 then matches from the
+// same place, so the result is the pattern's either way (tests compare the two on random text).
+enum Kind : uint8_t { kUpper, kLower, kDigit, kCrLf, kSpace, kOther, kEnd, kUnknown };
+
+constexpr std::array<Kind, 128> make_ascii_kinds() {
+  std::array<Kind, 128> k{};
+  for (int c = 0; c < 128; ++c) {
+    if (c >= 'A' && c <= 'Z')
+      k[size_t(c)] = kUpper;
+    else if (c >= 'a' && c <= 'z')
+      k[size_t(c)] = kLower;
+    else if (c >= '0' && c <= '9')
+      k[size_t(c)] = kDigit;
+    else if (c == '\r' || c == '\n')
+      k[size_t(c)] = kCrLf;
+    else if (c == ' ' || c == '\t' || c == '\v' || c == '\f')  // the rest of ASCII White_Space
+      k[size_t(c)] = kSpace;
+    else
+      k[size_t(c)] = kOther;  // punctuation, symbols, other controls (U+001C..U+001F included)
+  }
+  return k;
+}
+constexpr std::array<Kind, 128> kAsciiKinds = make_ascii_kinds();
+
+bool ascii_piece(std::string_view t, size_t i, size_t end, size_t& out) {
+  const auto kind = [&](size_t k) {
+    if (k >= end) return kEnd;
+    const auto b = uint8_t(t[k]);
+    return b < 0x80 ? kAsciiKinds[b] : kUnknown;
+  };
+  const Kind c = kind(i);
+  // Alternatives 2 and 3: [^\r\n\p{L}\p{N}]? then upper* lower+ (2) or upper+ lower* (3), then a
+  // contraction. In ASCII the two letter classes do not overlap, so no backtracking is needed.
+  if (c == kUpper || c == kLower || c == kSpace || c == kOther) {
+    const size_t p = (c == kSpace || c == kOther) ? i + 1 : i;
+    size_t u = p;
+    while (kind(u) == kUpper) ++u;
+    size_t l = u;
+    while (kind(l) == kLower) ++l;
+    if (kind(l) == kUnknown) return false;  // a non-ASCII letter could continue the run
+    if (l > p) {
+      // (?i:'s|'t|'re|'ve|'m|'ll|'d)?
+      size_t e = l;
+      if (e < end && t[e] == '\'') {
+        const Kind k1 = kind(e + 1);
+        if (k1 == kUnknown) return false;  // U+017F folds to s
+        const char a = char(t[e + 1] | 0x20);
+        if (k1 == kUpper || k1 == kLower) {
+          if (a == 's' || a == 't' || a == 'm' || a == 'd') {
+            e += 2;
+          } else if (a == 'r' || a == 'v' || a == 'l') {
+            const Kind k2 = kind(e + 2);
+            if (k2 == kUnknown) return false;
+            const char b = char(t[e + 2] | 0x20);
+            if ((k2 == kUpper || k2 == kLower) && b == (a == 'l' ? 'l' : 'e')) e += 3;
+          }
+        }
+      }
+      out = e;
+      return true;
+    }
+  }
+  // Alternative 4: \p{N}{1,3}.
+  if (c == kDigit) {
+    size_t k = i;
+    while (k < i + 3 && kind(k) == kDigit) ++k;
+    if (k < i + 3 && kind(k) == kUnknown) return false;  // could be a non-ASCII digit
+    out = k;
+    return true;
+  }
+  // Alternative 5: " ?[^\s\p{L}\p{N}]+[\r\n]*".
+  if (c == kOther || (c == kSpace && t[i] == ' ')) {
+    size_t k = c == kOther ? i : i + 1;
+    const size_t start = k;
+    while (kind(k) == kOther) ++k;
+    if (kind(k) == kUnknown) return false;
+    if (k > start) {
+      while (kind(k) == kCrLf) ++k;
+      out = k;
+      return true;
+    }
+  }
+  // Alternatives 6-8 on a whitespace run: up to its last CR/LF (6); else all of it at the end of
+  // the text, or all but its last character when that is more than one (7); else the one (8).
+  if (c == kSpace || c == kCrLf) {
+    size_t j = i, last_newline = SIZE_MAX;
+    for (Kind k = c; k == kSpace || k == kCrLf; k = kind(++j))
+      if (k == kCrLf) last_newline = j;
+    if (kind(j) == kUnknown) return false;  // could be more whitespace
+    if (last_newline != SIZE_MAX)
+      out = last_newline + 1;
+    else if (kind(j) == kEnd || j - i == 1)
+      out = j;
+    else
+      out = j - 1;
+    return true;
+  }
+  return false;
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR buf[256];
@@ -47,13 +152,13 @@ const std::string& PreTokenizer::kimi_pattern_original() {
 const std::string& PreTokenizer::kimi_pattern() {
   // The alternatives of kimi_pattern_original(), rewritten as the header explains.
   static const std::string p =
-      R"(\p{Han}+)"
+      R"(\p{sc:Han}+)"
       R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])*(?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
       R"(|[^\r\n\p{L}\p{N}]?(?:(?!\p{sc:Han})[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])+(?:(?!\p{sc:Han})[\p{Ll}\p{Lm}\p{Lo}\p{M}])*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
       R"(|\p{N}{1,3})"
       R"(| ?[^\p{White_Space}\p{L}\p{N}]+[\r\n]*)"
       R"(|\p{White_Space}*[\r\n]+)"
-      R"(|\s+(?!\S))"
+      R"(|\p{White_Space}+(?!\P{White_Space}))"
       R"(|\p{White_Space}+)";
   return p;
 }
@@ -62,9 +167,10 @@ struct PreTokenizer::Impl {
   std::string pattern;
   std::unique_ptr<pcre2_code, CodeFree> code;
   bool jit = false;
+  bool ascii_fast_path = false;  // only for Kimi's pattern, which ascii_piece() implements
 };
 
-PreTokenizer::PreTokenizer() : PreTokenizer(kimi_pattern()) {}
+PreTokenizer::PreTokenizer() : PreTokenizer(kimi_pattern()) { impl_->ascii_fast_path = true; }
 
 PreTokenizer::PreTokenizer(const std::string& pattern) : impl_(std::make_unique<Impl>()) {
   impl_->pattern = pattern;
@@ -133,6 +239,14 @@ bool PreTokenizer::Cursor::next(std::string_view& piece) {
     }
     s.seg_begin = s.pos;
     s.seg_end = s.pos + valid;
+  }
+  if (s.impl->ascii_fast_path && uint8_t(text[s.pos]) < 0x80) {
+    size_t end = 0;
+    if (ascii_piece(text, s.pos, s.seg_end, end)) {
+      piece = text.substr(s.pos, end - s.pos);
+      s.pos = end;
+      return true;
+    }
   }
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + s.seg_begin);
   const size_t len = s.seg_end - s.seg_begin, start = s.pos - s.seg_begin;

@@ -231,10 +231,16 @@ std::vector<std::string_view> Tokenizer::encode_slices(std::string_view text) {
     size_t slice_begin = i, chars = 0, run = 0;
     bool run_space = false;
     while (i < text.size() && chars < kMaxEncodeChars) {
-      const utf8::Decoded d = utf8::decode_one(text, i);
-      // Each byte of an invalid sequence counts as one non-space character.
-      const uint32_t len = d.status == utf8::Status::Ok ? d.len : 1;
-      const bool space = d.status == utf8::Status::Ok && utf8::python_isspace(d.cp);
+      uint32_t len = 1;
+      bool space;
+      if (uint8_t(text[i]) < 0x80) {
+        space = utf8::python_isspace(char32_t(text[i]));
+      } else {
+        const utf8::Decoded d = utf8::decode_one(text, i);
+        // Each byte of an invalid sequence counts as one non-space character.
+        if (d.status == utf8::Status::Ok) len = d.len;
+        space = d.status == utf8::Status::Ok && utf8::python_isspace(d.cp);
+      }
       if (chars == 0) run_space = space;
       if (space != run_space) {
         run = 1;

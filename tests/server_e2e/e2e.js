@@ -223,6 +223,23 @@ async function main() {
     assert(code === 0, 'exit code ' + code);
   });
 
+  await check('429 when the waiting queue is over --max-waiting', async () => {
+    const small = await startServer(['--max-num-seqs', '1', '--max-waiting', '1']);
+    const c = new OpenAI({ baseURL: small.base + '/v1', apiKey: 'secret', maxRetries: 0 });
+    const statuses = await Promise.all(Array.from({ length: 12 }, async (_, i) => {
+      try {
+        await c.completions.create({ model: 'tiny', prompt: `Queue ${i}`, max_tokens: 40, ignore_eos: true });
+        return 200;
+      } catch (e) {
+        return e.status;
+      }
+    }));
+    small.proc.kill('SIGTERM');
+    assert(statuses.includes(429), 'no 429 among ' + statuses);
+    assert(statuses.includes(200), 'no success among ' + statuses);
+    assert(statuses.every((s) => s === 200 || s === 429), 'statuses ' + statuses);
+  });
+
   const failed = results.filter((r) => !r[1]).length;
   console.log(`${results.length - failed} passed, ${failed} failed`);
   if (server.proc.exitCode === null) server.proc.kill('SIGKILL');

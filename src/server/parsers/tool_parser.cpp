@@ -1,5 +1,7 @@
 #include "server/parsers/tool_parser.h"
 
+#include <utility>
+
 #include "server/parsers/marker_scan.h"
 
 namespace kimi {

@@ -188,7 +188,11 @@ Value f_indent(Runtime&, const Value& v, CallArgs& a) {
   const BoundArgs b(a, "indent", {"width", "first", "blank"});
   std::string indention;
   if (b.has(0) && b.get(0)->is_string()) indention = b.get(0)->get_string();
-  else indention = std::string(size_t(std::max<int64_t>(0, b.int_or(0, 4))), ' ');
+  else {
+    const int64_t width = b.int_or(0, 4);
+    pystr::check_width(width);
+    indention = std::string(size_t(std::max<int64_t>(0, width)), ' ');
+  }
   const std::string s = to_str(v) + "\n";  // Jinja2 appends a newline so a trailing one survives splitlines
   const std::vector<std::string> lines = pystr::splitlines(s, false);
   std::string out;
@@ -412,7 +416,10 @@ Value f_tojson(Runtime&, const Value& v, CallArgs& a) {
   if (b.has(1) && !b.get(1)->is_none()) {
     const Value& ind = *b.get(1);
     if (ind.is_string()) o.indent = ind.get_string();
-    else if (ind.is_int() || ind.is_bool()) o.indent = std::string(size_t(std::max<int64_t>(0, ind.get_int())), ' ');
+    else if (ind.is_int() || ind.is_bool()) {
+      pystr::check_width(ind.get_int());
+      o.indent = std::string(size_t(std::max<int64_t>(0, ind.get_int())), ' ');
+    }
     else throw BuiltinError("tojson: indent must be an integer or a string");
     o.item_separator = ",";
   }

@@ -161,8 +161,11 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, Scope& scope, std::string
   }
   if (items.empty()) return exec_body(s.else_body, loop_scope, out);
 
+  // Each iteration starts from the enclosing scope: a {% set %} in the body doesn't carry over to
+  // the next iteration or out of the loop (Jinja2's scoping; hence namespace()).
   const auto n = int64_t(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    loop_scope.vars.clear();
     assign(s.targets, s.unpack, items[size_t(i)], loop_scope, s.pos);
     auto loop = std::make_shared<Dict>();
     loop->set("index", Value::integer(i + 1));
@@ -224,7 +227,7 @@ Value Interpreter::call_macro(const Stmt& m, Scope* defining, CallArgs& args) {
     if (ms.vars.count(p.name)) continue;
     ms.vars[p.name] = p.default_value ? eval(*p.default_value, ms) : Value::undefined(p.name);
   }
-  ms.vars["varargs"] = Value::list(std::move(varargs));
+  ms.vars["varargs"] = Value::tuple(std::move(varargs));
   ms.vars["kwargs"] = Value::dict(std::move(kwargs));
   std::string out;
   exec_body(m.body, ms, out);

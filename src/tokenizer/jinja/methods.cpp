@@ -157,6 +157,7 @@ Value s_zfill(const Value& self, CallArgs& a) {
   const BoundArgs b(a, "zfill", {"width"});
   std::string s = str(self);
   const int64_t width = b.int_or(0, 0);
+  pystr::check_width(width);
   const auto len = int64_t(unicode::length(s));
   if (width <= len) return Value::string(s);
   const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');

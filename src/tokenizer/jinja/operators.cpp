@@ -11,7 +11,7 @@ namespace kimi::jinja {
 
 namespace {
 // Strings or lists built by `*` larger than this are refused instead of exhausting memory.
-constexpr int64_t kMaxRepeatBytes = int64_t(1) << 30;
+constexpr int64_t kMaxRepeatBytes = int64_t(1) << 28;
 constexpr int kMaxCompareDepth = 512;
 
 [[noreturn]] void unsupported(const char* op, const Value& a, const Value& b) {
@@ -26,8 +26,23 @@ constexpr int kMaxCompareDepth = 512;
 
 bool is_integral(const Value& v) { return v.is_int() || v.is_bool(); }
 
-int64_t checked(bool overflow, int64_t r) {
-  if (overflow) throw BuiltinError("integer overflow (templates here use 64-bit integers)");
+[[noreturn]] void overflow() { throw BuiltinError("integer overflow (templates here use 64-bit integers)"); }
+
+int64_t add_checked(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) overflow();
+  return r;
+}
+
+int64_t sub_checked(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) overflow();
+  return r;
+}
+
+int64_t mul_checked(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) overflow();
   return r;
 }
 
@@ -78,9 +93,9 @@ Value int_pow(int64_t base, int64_t exp) {
   }
   int64_t result = 1;
   while (exp > 0) {
-    if (exp & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
+    if (exp & 1) result = mul_checked(result, base);
     exp >>= 1;
-    if (exp > 0) base = checked(__builtin_mul_overflow(base, base, &base), base);
+    if (exp > 0) base = mul_checked(base, base);
   }
   return Value::integer(result);
 }
@@ -171,10 +186,10 @@ std::vector<int64_t> slice_positions(int64_t len, std::optional<int64_t> start, 
   const int64_t b = adjust(start, step < 0 ? upper : lower);
   const int64_t e = adjust(stop, step < 0 ? lower : upper);
   std::vector<int64_t> out;
-  if (step > 0)
-    for (int64_t i = b; i < e; i += step) out.push_back(i);
-  else
-    for (int64_t i = b; i > e; i += step) out.push_back(i);
+  for (int64_t i = b; step > 0 ? i < e : i > e;) {
+    out.push_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // a huge step: nothing further is in range
+  }
   return out;
 }
 }  // namespace
@@ -182,10 +197,9 @@ std::vector<int64_t> slice_positions(int64_t len, std::optional<int64_t> start, 
 Value binary_op(BinaryOp op, const Value& a, const Value& b) {
   const bool ints = is_integral(a) && is_integral(b);
   const bool nums = a.is_numeric() && b.is_numeric();
-  int64_t r = 0;
   switch (op) {
     case BinaryOp::Add:
-      if (ints) return Value::integer(checked(__builtin_add_overflow(a.get_int(), b.get_int(), &r), r));
+      if (ints) return Value::integer(add_checked(a.get_int(), b.get_int()));
       if (nums) return Value::number(a.get_float() + b.get_float());
       if (a.is_string() && b.is_string()) return Value::string(a.get_string() + b.get_string());
       if (a.kind() == b.kind() && a.is_sequence()) {
@@ -195,11 +209,11 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
       }
       unsupported("+", a, b);
     case BinaryOp::Sub:
-      if (ints) return Value::integer(checked(__builtin_sub_overflow(a.get_int(), b.get_int(), &r), r));
+      if (ints) return Value::integer(sub_checked(a.get_int(), b.get_int()));
       if (nums) return Value::number(a.get_float() - b.get_float());
       unsupported("-", a, b);
     case BinaryOp::Mul:
-      if (ints) return Value::integer(checked(__builtin_mul_overflow(a.get_int(), b.get_int(), &r), r));
+      if (ints) return Value::integer(mul_checked(a.get_int(), b.get_int()));
       if (nums) return Value::number(a.get_float() * b.get_float());
       if ((a.is_string() || a.is_sequence()) && is_integral(b)) return repeat(a, b.get_int());
       if ((b.is_string() || b.is_sequence()) && is_integral(a)) return repeat(b, a.get_int());
@@ -217,7 +231,7 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
         if (y == 0) throw BuiltinError(op == BinaryOp::Mod ? "integer modulo by zero" : "integer division or modulo by zero");
         if (x == INT64_MIN && y == -1) {
           if (op == BinaryOp::Mod) return Value::integer(0);
-          throw BuiltinError("integer overflow (templates here use 64-bit integers)");
+          overflow();
         }
         int64_t q = x / y, m = x % y;
         if (m != 0 && ((m < 0) != (y < 0))) {
@@ -247,7 +261,7 @@ Value binary_op(BinaryOp op, const Value& a, const Value& b) {
 
 Value negate(const Value& v) {
   if (is_integral(v)) {
-    if (v.get_int() == INT64_MIN) throw BuiltinError("integer overflow (templates here use 64-bit integers)");
+    if (v.get_int() == INT64_MIN) overflow();
     return Value::integer(-v.get_int());
   }
   if (v.is_float()) return Value::number(-v.get_float());

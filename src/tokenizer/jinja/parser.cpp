@@ -101,7 +101,8 @@ class Parser {
     for (const auto& c : e->comparisons) see(c.second);
     for (const auto& a : e->args) see(a.value);
     e->depth = d + 1;
-    if (e->depth > kMaxNesting) fail(e->pos, "expression is nested too deeply (over " + std::to_string(kMaxNesting) + " levels)");
+    if (e->depth > kMaxExprDepth)
+      fail(e->pos, "expression is nested too deeply (over " + std::to_string(kMaxExprDepth) + " levels)");
     return e;
   }
 
@@ -720,7 +721,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto c = node(ExprKind::Call, cur().pos);
+    auto c = node(ExprKind::Call, callee->pos);  // errors point at what is called, not at '('
     c->args = parse_call_args();
     c->left = std::move(callee);
     return seal(std::move(c));

@@ -182,7 +182,12 @@ std::string jinja_title(std::string_view s) {
   return e(out);
 }
 
+void check_width(int64_t width) {
+  if (width > kMaxWidth) throw BuiltinError("width " + std::to_string(width) + " is too large");
+}
+
 std::string pad(std::string_view s, int64_t width, char32_t fill, int align) {
+  check_width(width);
   const std::u32string d = u(s);
   const int64_t len = int64_t(d.size());
   if (width <= len) return std::string(s);

@@ -8,6 +8,11 @@
 
 namespace kimi::jinja::pystr {
 
+// Padding/indent widths past this are refused instead of allocating gigabytes.
+inline constexpr int64_t kMaxWidth = int64_t(1) << 26;
+// Throws BuiltinError when `width` exceeds kMaxWidth.
+void check_width(int64_t width);
+
 // str.strip/lstrip/rstrip: `chars` null strips whitespace.
 std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
 // str.split(sep=None, maxsplit=-1) and str.rsplit.

@@ -114,14 +114,15 @@ Value context_value(const Json& context, const std::string& name) {
 }  // namespace
 
 std::string Template::render(const nlohmann::ordered_json& context) const {
-  return render_value(context_value(context, impl_->options.name));
+  return render(context_value(context, impl_->options.name));
 }
 
 std::string Template::render(const nlohmann::json& context) const {
-  return render_value(context_value(context, impl_->options.name));
+  return render(context_value(context, impl_->options.name));
 }
 
-std::string Template::render_value(const Value& context) const {
+std::string Template::render(const Value& context) const {
+  if (!context.is_dict()) throw kimi::Error(impl_->options.name + ": the render context must be a dict");
   Dict globals = impl_->globals;
   for (const auto& [k, v] : impl_->json_globals.items()) globals.set(std::string_view(k), Value::from_json(v));
   Interpreter interpreter(impl_->options.name, globals, context.get_dict());

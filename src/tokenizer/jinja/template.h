@@ -45,10 +45,11 @@ class Template {
   // would (nlohmann::json sorts keys).
   std::string render(const nlohmann::ordered_json& context) const;
   std::string render(const nlohmann::json& context) const;
+  // The context as a dict Value (saves a JSON copy when the caller builds values itself).
+  std::string render(const Value& context) const;
 
  private:
   struct Impl;
-  std::string render_value(const Value& context) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -166,18 +166,29 @@ bool Value::truthy() const {
   return false;
 }
 
+namespace {
+// tag + text, built by appending (GCC 12 misreports "literal" + std::string under -Wrestrict).
+std::string tagged(char tag, std::string_view text) {
+  std::string k;
+  k.reserve(text.size() + 1);
+  k += tag;
+  k += text;
+  return k;
+}
+}  // namespace
+
 std::string hash_key(const Value& key) {
   switch (key.kind()) {
     case Value::Kind::String:
-      return "s" + key.get_string();
+      return tagged('s', key.get_string());
     case Value::Kind::Bool:
     case Value::Kind::Int:
-      return "n" + std::to_string(key.get_int());
+      return tagged('n', std::to_string(key.get_int()));
     case Value::Kind::Float: {
       // 1.0 and 1 are the same key in Python.
       const double d = key.get_float();
-      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.2e18) return "n" + std::to_string(int64_t(d));
-      return "f" + float_repr(d);
+      if (std::isfinite(d) && d == std::trunc(d) && std::fabs(d) < 9.2e18) return tagged('n', std::to_string(int64_t(d)));
+      return tagged('f', float_repr(d));
     }
     case Value::Kind::None:
       return "N";
@@ -198,11 +209,7 @@ const Value* Dict::find(const Value& key) const {
 }
 
 const Value* Dict::find(std::string_view key) const {
-  std::string k;
-  k.reserve(key.size() + 1);
-  k += 's';
-  k += key;
-  const auto it = index_.find(k);
+  const auto it = index_.find(tagged('s', key));
   return it == index_.end() ? nullptr : &entries[it->second].second;
 }
 
