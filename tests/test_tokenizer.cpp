@@ -419,8 +419,9 @@ TEST(Tokenizer, LongInputsAreSlicedAsTokenizationKimiDoes) {
       const auto ids = tok.encode(std::string(s));
       want.insert(want.end(), ids.begin(), ids.end());
     }
-    EXPECT_EQ(tok.encode(t), want);
-    EXPECT_EQ(tok.decode(tok.encode(t)), t);
+    const auto got = tok.encode(t);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(tok.decode(got), t);
   }
   EXPECT_EQ(Tokenizer::encode_slices(rep("ab ", 150000)).size(), 2u);
   EXPECT_EQ(Tokenizer::encode_slices(rep("ab ", 150000))[0].size(), 400000u);
@@ -621,12 +622,12 @@ TEST(Tokenizer, EncodesFromManyThreadsAtOnce) {
   EXPECT_EQ(bad.load(), 0);
 }
 
-struct Run {
+struct CliRun {
   int status;
   std::string out;
 };
 
-Run kimi_cli(const std::string& args) {
+CliRun kimi_cli(const std::string& args) {
   const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
@@ -644,7 +645,7 @@ TEST(TokenizerCli, TrainTokenizeDetokenize) {
   for (int i = 0; i < 50; ++i) text += "the quick brown fox jumps over the lazy dog. 你好世界！\n";
   write_file(corpus, text);
   const std::string model = (d.path() / "m").string();
-  Run r = kimi_cli("train-tokenizer " + model + " " + corpus.string() + " --ranks 300");
+  CliRun r = kimi_cli("train-tokenizer " + model + " " + corpus.string() + " --ranks 300");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("300 ranks + 256 special tokens"), std::string::npos) << r.out;
 
@@ -676,7 +677,7 @@ TEST(TokenizerCli, TrainTokenizeDetokenize) {
 
 TEST(TokenizerCli, ErrorsAreClear) {
   test::TempDir d;
-  Run r = kimi_cli("tokenize --model " + (d.path() / "none").string() + " --text x");
+  CliRun r = kimi_cli("tokenize --model " + (d.path() / "none").string() + " --text x");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("tiktoken.model not found"), std::string::npos) << r.out;
   r = kimi_cli("tokenize --model x");

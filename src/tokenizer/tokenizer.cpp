@@ -73,7 +73,6 @@ nlohmann::json kimi_tokenizer_config(int32_t num_base_tokens) {
           {"unk_token", "[UNK]"},
           {"pad_token", "[PAD]"},
           {"clean_up_tokenization_spaces", false},
-          {"model_max_length", 1048576},
           {"tokenizer_class", "TikTokenTokenizer"}};
 }
 

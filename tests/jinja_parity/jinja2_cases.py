@@ -92,6 +92,7 @@ CASES = [
     ("set_block", "{% set x %}Hello {{ name }}!{% endset %}[{{ x }}]", {"name": "Bob"}),
     ("set_block_filter", "{% set x | upper | trim %}  hi there  {% endset %}[{{ x }}]", {}),
     ("set_in_if_leaks", "{% if true %}{% set y = 5 %}{% endif %}{{ y }}", {}),
+    ("set_in_blocks_stays", "{% filter upper %}{% set x = 1 %}a{% endfilter %}[{{ x }}]{% set y %}{% set z = 1 %}b{% endset %}[{{ z }}]{% with %}{% set w = 1 %}{% endwith %}[{{ w }}]", {}),
     ("namespace", "{% set ns = namespace(n=0, items=[]) %}{% for x in [1, 2, 3] %}{% set ns.n = ns.n + x %}{% set ns.items = ns.items + [x * 2] %}{% endfor %}{{ ns.n }} {{ ns.items }}", {}),
     ("namespace_from_dict", "{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}", {}),
     ("with_block", "{% set a = 1 %}{% with a = 2, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}", {}),

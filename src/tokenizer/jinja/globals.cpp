@@ -38,11 +38,20 @@ Value g_range(CallArgs& a, Runtime&) {
     if (p.size() == 3) step = int_arg(p[2], "range");
   }
   if (step == 0) throw BuiltinError("range() arg 3 must not be zero");
+  // Count first (in unsigned arithmetic, which cannot overflow here) so that an oversized range
+  // fails before allocating.
+  const bool up = step > 0;
+  const uint64_t span = up ? (stop > start ? uint64_t(stop) - uint64_t(start) : 0)
+                           : (start > stop ? uint64_t(start) - uint64_t(stop) : 0);
+  const uint64_t mag = up ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+  const uint64_t count = span / mag + (span % mag != 0);
+  if (count > uint64_t(kMaxRange)) throw BuiltinError("range() is too large (over 10,000,000 items)");
   List out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    if (int64_t(out.size()) >= kMaxRange) throw BuiltinError("range() is too large (over 10,000,000 items)");
-    out.push_back(Value::integer(i));
-    if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
+  out.reserve(size_t(count));
+  int64_t v = start;
+  for (uint64_t k = 0; k < count; ++k) {
+    out.push_back(Value::integer(v));
+    if (k + 1 < count) v += step;  // stays inside [start, stop): no overflow
   }
   return Value::list(std::move(out));
 }

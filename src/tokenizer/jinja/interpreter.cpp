@@ -83,7 +83,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, Scope& scope, std::string& ou
         return Flow::Normal;
       case StmtKind::BlockSet: {
         std::string captured;
-        exec_body(s.body, scope, captured);
+        exec_body(s.body, new_scope(&scope), captured);  // the body's own assignments stay inside
         scope.vars[s.targets[0]] = apply_filter_chain(s.filters, Value::string(std::move(captured)), scope);
         return Flow::Normal;
       }
@@ -95,7 +95,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, Scope& scope, std::string& ou
         return Flow::Normal;
       case StmtKind::FilterBlock: {
         std::string captured;
-        exec_body(s.body, scope, captured);
+        exec_body(s.body, new_scope(&scope), captured);
         out += to_str(apply_filter_chain(s.filters, Value::string(std::move(captured)), scope));
         return Flow::Normal;
       }
