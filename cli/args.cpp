@@ -23,7 +23,7 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_
     }
     if (bool_flags.count(name)) {
       if (inline_value) throw Error("--" + name + " takes no value");
-      values_[name] = "1";
+      values_[name].assign(1, '1');  // not = "1": GCC 12 warns falsely (-Wrestrict)
     } else if (value_flags.count(name)) {
       if (!inline_value) {
         if (i + 1 >= argc) throw Error("--" + name + " needs a value");

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -12,44 +13,65 @@ namespace kimi::cli {
 namespace {
 
 int run_latency(int argc, char** argv) {
-  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed"}, {"help"});
+  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization"},
+               {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
-        "                          [--threads N] [--seed S]\n\n"
+        "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
-        "against memory read bandwidth, prefill against the matmul kernel's peak.\n");
+        "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
+        "--quantization values (e.g. none,int4,w4a8) load the model once each and print a table\n"
+        "of their figures and ratios over the first, timed alternately in the same run.\n");
     return 0;
   }
-  ModelOptions mo;
-  mo.num_threads = int(a.get_int("threads", 0));
-  Model model(a.require("model"), mo);
   LatencyOptions o;
   o.input_len = a.get_int("input-len", o.input_len);
   o.output_len = a.get_int("output-len", o.output_len);
   o.iterations = int(a.get_int("num-iters", o.iterations));
   o.seed = uint64_t(a.get_int("seed", 0));
-  const LatencyResult r = run_latency_bench(model, o);
-  std::fputs(format_latency_report(model, o, r).c_str(), stdout);
+  std::vector<std::string> quantizations;
+  std::stringstream list(a.get("quantization", ""));
+  for (std::string q; std::getline(list, q, ',');) quantizations.push_back(q);
+  ModelOptions mo;
+  mo.num_threads = int(a.get_int("threads", 0));
+  if (quantizations.size() <= 1) {
+    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
+    Model model(a.require("model"), mo);
+    const LatencyResult r = run_latency_bench(model, o);
+    std::fputs(format_latency_report(model, o, r).c_str(), stdout);
+    return 0;
+  }
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<LatencyVariant> variants;
+  for (const std::string& q : quantizations) {
+    mo.quantization = QuantizationRequest::parse(q);
+    models.push_back(std::make_unique<Model>(a.require("model"), mo));
+    variants.push_back({q.empty() || q == "none" ? "float" : q, models.back().get(), {}});
+  }
+  run_latency_comparison(variants, o);
+  std::fputs(format_latency_comparison(variants, o).c_str(), stdout);
   return 0;
 }
 
 int run_throughput(int argc, char** argv) {
   const Args a(argc, argv, 3,
                {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
-                "seed"},
+                "seed", "quantization"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
-        "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n\n"
+        "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
+        "                             [--quantization int4|w4a16|w4a8|w8a8]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
         "(--max-num-seqs) and prints output tokens/s and the speed-up over the first level.\n");
     return 0;
   }
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   Model model(a.require("model"), mo);
   ThroughputOptions o;
   o.input_len = a.get_int("input-len", o.input_len);
@@ -74,11 +96,14 @@ int run_throughput(int argc, char** argv) {
 
 }  // namespace
 
+int run_bench_serve(int argc, char** argv);  // cmd_bench_serve.cpp
+
 int run_bench(int argc, char** argv) {
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "latency") return run_latency(argc, argv);
   if (sub == "throughput") return run_throughput(argc, argv);
-  std::fprintf(stderr, "usage: kimi bench latency|throughput --model DIR [options]   (see --help)\n");
+  if (sub == "serve") return run_bench_serve(argc, argv);
+  std::fprintf(stderr, "usage: kimi bench latency|throughput|serve [options]   (see --help)\n");
   return 1;
 }
 

@@ -17,12 +17,13 @@ namespace kimi::cli {
 
 int run_chat(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len"},
+               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization"},
                {"help", "no-thinking"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi chat --model DIR [--system TEXT] [--max-tokens 512] [--temperature 0.6] [--top-p 0.95]\n"
-        "                 [--seed S] [--threads N] [--max-model-len 8192] [--no-thinking]\n\n"
+        "                 [--seed S] [--threads N] [--max-model-len 8192] [--no-thinking]\n"
+        "                 [--quantization int4|w4a16|w4a8|w8a8]\n\n"
         "An interactive chat in the terminal with the model's own chat template; replies stream as\n"
         "they are generated. Type /reset to start over, /exit (or end of input) to quit.\n");
     return 0;
@@ -30,6 +31,7 @@ int run_chat(int argc, char** argv) {
   const std::string dir = a.require("model");
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   Model model(dir, mo);
   const Tokenizer tok = Tokenizer::load(dir);
   if (tok.chat_template().empty()) throw Error(dir + " has no chat template");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "args.h"
 #include "common/error.h"
 #include "engine/sampler.h"
@@ -47,15 +49,21 @@ AttentionMode parse_attention(const std::string& s) {
 int run_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed", "threads",
-                "attention"},
-               {"help", "ignore-eos"});
+                "attention", "quantization"},
+               {"help", "ignore-eos", "json", "warmup"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
         "                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
-        "                     [--ignore-eos] [--attention auto|naive|absorbed]\n\n"
+        "                     [--ignore-eos] [--attention auto|naive|absorbed]\n"
+        "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
+        "                     [--warmup] [--json]\n\n"
         "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
-        "--prompt-ids it prints the generated token ids instead.\n");
+        "--prompt-ids it prints the generated token ids instead. --warmup runs the prompt once,\n"
+        "untimed, before the timed generation (so the mapped weights are resident); --json prints\n"
+        "one JSON object at the end instead: prompt_tokens, tokens (the generated ids), threads,\n"
+        "prefill_seconds (the prompt's forward pass) and decode_seconds (sampling and the forward\n"
+        "passes of the generated tokens after the first).\n");
     return 0;
   }
   if (a.has("prompt") == a.has("prompt-ids")) throw Error("give exactly one of --prompt and --prompt-ids");
@@ -67,6 +75,7 @@ int run_generate(int argc, char** argv) {
   if (a.has("prompt-ids")) prompt = parse_ids(a.require("prompt-ids"));
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
   const std::string dir = a.require("model");
   Model model(dir, mo);
@@ -92,18 +101,33 @@ int run_generate(int argc, char** argv) {
   std::vector<int32_t> stop_ids;
   for (int64_t id : c.eos_token_ids) stop_ids.push_back(int32_t(id));
 
+  const bool json = a.has("json");
+  if (a.has("warmup")) {
+    KvCache warm = model.new_cache(int64_t(prompt.size()));
+    model.forward(std::span<const int32_t>(prompt), warm);
+  }
   KvCache cache = model.new_cache(int64_t(prompt.size()) + max_tokens);
   std::vector<int32_t> cached;
   std::optional<IncrementalDecoder> text;
-  if (tokenizer) text.emplace(*tokenizer, true);
+  if (tokenizer && !json) text.emplace(*tokenizer, true);
   bool first = true;
+  std::vector<int32_t> generated;
   const GenerationStats st = generate_tokens(model, cache, cached, prompt, sp, stop_ids, [&](int32_t t) {
+    generated.push_back(t);
+    if (json) return true;
     if (text) std::fputs(text->push(t).c_str(), stdout);
     else std::printf("%s%d", first ? "" : " ", t);
     first = false;
     std::fflush(stdout);
     return true;
   });
+  if (json) {
+    const nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},     {"tokens", generated},
+                              {"threads", model.num_threads()},        {"prefill_seconds", st.prefill_seconds},
+                              {"decode_seconds", st.decode_seconds}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
   if (text) std::fputs(text->flush().c_str(), stdout);
   std::printf("\n");
   std::fflush(stdout);

@@ -8,13 +8,16 @@
 namespace kimi::cli {
 
 int run_make_model(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size"}, {"help"});
+  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant"}, {"help"});
   if (a.has("help") || a.positionals().size() != 1) {
     std::printf(
         "usage: kimi make-model OUT_DIR [--preset tiny|small] [--seed N] [--dtype bf16|f16|f32]\n"
-        "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n\n"
+        "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n"
+        "                       [--quant int4|w4a8|w8a8]\n\n"
         "Writes a Hugging Face checkpoint directory of the Kimi-K2.5 architecture and layout with\n"
-        "deterministic random weights (same seed, same bytes).\n");
+        "deterministic random weights (same seed, same bytes). --quant stores the same weights\n"
+        "quantized: int4 as the official INT4 release (compressed-tensors, routed experts, group 32),\n"
+        "w4a8 / w8a8 in msModelSlim's layout with quant_model_description.json (Ascend).\n");
     return a.has("help") ? 0 : 1;
   }
   MakeModelOptions o;
@@ -32,6 +35,7 @@ int run_make_model(int argc, char** argv) {
   const int64_t shard = a.get_int("max-shard-size", int64_t(o.max_shard_bytes));
   if (shard <= 0) throw Error("--max-shard-size must be positive");
   o.max_shard_bytes = size_t(shard);
+  if (a.has("quant")) o.quant = parse_quant_preset(a.get("quant", ""));
 
   const MakeModelResult r = make_model(a.positionals()[0], o);
   std::printf("wrote %s: preset %s, %lld tensors, %.1f M parameters, %.1f MB\n", a.positionals()[0].c_str(),

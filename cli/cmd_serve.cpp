@@ -35,7 +35,8 @@ void usage() {
       "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
       "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
       "  --enable-auto-tool-choice  --trust-remote-code  --allowed-local-media-path DIR (accepted)\n"
-      "  --threads N (compute threads)  --api-threads N (256 connections)  --scheduling-policy fcfs|priority\n");
+      "  --threads N (compute threads)  --api-threads N (256 connections)  --scheduling-policy fcfs|priority\n"
+      "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n");
 }
 
 }  // namespace
@@ -45,7 +46,7 @@ int run_serve(int argc, char** argv) {
                {"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
-                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level"},
+                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization"},
                {"help", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
                 "trust-remote-code", "disable-log-requests", "disable-log-stats"});
   if (a.has("help") || a.positionals().size() != 1) {
@@ -68,6 +69,7 @@ int run_serve(int argc, char** argv) {
 
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   Model model(dir, mo);
   const Tokenizer tokenizer = Tokenizer::load(dir);
 

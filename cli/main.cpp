@@ -16,6 +16,7 @@ void usage() {
       "commands:\n"
       "  serve MODEL_DIR      OpenAI-compatible HTTP server (flags as in vllm serve)\n"
       "  make-model OUT_DIR   write a checkpoint of the Kimi-K2.5 layout with random weights\n"
+      "  export-gguf DIR OUT  write the checkpoint as a llama.cpp GGUF file (deepseek2)\n"
       "  generate             run a prompt through a model and print the continuation\n"
       "  chat                 interactive chat in the terminal, with the model's chat template\n"
       "  bench latency        time prefill and decode, as fractions of this machine's limits\n"
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (cmd == "detokenize") return kimi::cli::run_detokenize(argc, argv);
     if (cmd == "train-tokenizer") return kimi::cli::run_train_tokenizer(argc, argv);
     if (cmd == "render-template") return kimi::cli::run_render_template(argc, argv);
+    if (cmd == "export-gguf") return kimi::cli::run_export_gguf(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("kimi %s\n", KIMI_VERSION);
       return 0;

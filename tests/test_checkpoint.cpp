@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "format/checkpoint.h"
 #include "format/safetensors.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using kimi::Checkpoint;
@@ -42,18 +43,7 @@ class TempDir {
   fs::path path_;
 };
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kimi::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected kimi::Error, got another exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "expected kimi::Error, nothing was thrown";
-  return {};
-}
+using kimi::test::error_of;
 
 std::string open_error(const fs::path& dir) {
   return error_of([&] { Checkpoint c(dir); });

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <sys/wait.h>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
 
 namespace kimi {
@@ -44,6 +46,18 @@ TEST(Cli, MakeModelThenGenerateGreedily) {
   // Greedy is deterministic, and the same whichever attention form decodes.
   const CmdResult again = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --attention naive");
   EXPECT_EQ(again.out.substr(0, again.out.find('\n')), r.out.substr(0, r.out.find('\n')));
+
+  // --json (what bench/llama_cpp_compare reads): the same ids, the thread count and the timings;
+  // --warmup changes nothing but the timing.
+  const CmdResult js = run("generate --model " + dir +
+                           " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --threads 2 --warmup --json");
+  ASSERT_EQ(js.status, 0) << js.out;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j.at("tokens").get<std::vector<int>>(), ids);
+  EXPECT_EQ(j.at("prompt_tokens").get<int>(), 4);
+  EXPECT_EQ(j.at("threads").get<int>(), 2);
+  EXPECT_GT(j.at("prefill_seconds").get<double>(), 0.0);
+  EXPECT_GE(j.at("decode_seconds").get<double>(), 0.0);
 }
 
 TEST(Cli, TextInTextOut) {

@@ -18,7 +18,7 @@ class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{2});
+    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{.num_threads = 2});
   }
   static void TearDownTestSuite() {
     delete model_;
@@ -216,7 +216,7 @@ TEST_F(EngineTest, TwoHundredRandomRequestsLeakNothing) {
       p.seed = rng.next_u64();
       p.max_tokens = 1 + int64_t(rng.next_u64() % 24);
       p.n = 1 + int(rng.next_u64() % 2);
-      e.add_request("r" + std::to_string(added), prompt(rng.next_u64(), 1 + rng.next_u64() % 60), p,
+      e.add_request(std::string("r").append(std::to_string(added)), prompt(rng.next_u64(), 1 + rng.next_u64() % 60), p,
                     int(rng.next_u64() % 3));
     }
     if (rng.uniform() < 0.05 && added > 0) {

@@ -16,19 +16,12 @@ namespace {
 const std::vector<int32_t> kPrompt = {17, 923, 4, 511, 88, 1000, 250, 3, 77};
 
 std::vector<float> last_logits(const std::filesystem::path& dir) {
-  Model m(dir, ModelOptions{1});
+  Model m(dir, ModelOptions{.num_threads = 1});
   KvCache cache = m.new_cache(int64_t(kPrompt.size()));
   return m.forward(kPrompt, cache);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 std::vector<char> read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -149,7 +142,7 @@ TEST(ModelLoading, BrokenFilesGiveClearErrors) {
 
 TEST(ModelLoading, OutOfRangeTokenAndFullCacheAreErrors) {
   test::TempDir d;
-  Model m(test::make_tiny_model(d), ModelOptions{1});
+  Model m(test::make_tiny_model(d), ModelOptions{.num_threads = 1});
   KvCache cache = m.new_cache(4);
   const std::vector<int32_t> bad = {1, 5000};
   EXPECT_NE(error_of([&] { m.forward(bad, cache); }).find("5000"), std::string::npos);

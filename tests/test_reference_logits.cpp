@@ -56,7 +56,7 @@ class ReferenceLogits : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{2, AttentionMode::Auto});
+    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{.num_threads = 2, .attention_mode = AttentionMode::Auto});
     golden_ = new std::vector<GoldenCase>(load_golden(model_->config().vocab_size));
   }
   static void TearDownTestSuite() {

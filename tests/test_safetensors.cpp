@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "format/safetensors.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using kimi::DType;
@@ -61,18 +62,7 @@ std::string le64(uint64_t v) {
 std::string raw_file(const std::string& header, const std::string& data = "") { return le64(header.size()) + header + data; }
 
 // Runs f, which must throw kimi::Error, and returns the message (empty + a test failure otherwise).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kimi::Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected kimi::Error, got another exception: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "expected kimi::Error, nothing was thrown";
-  return {};
-}
+using kimi::test::error_of;
 
 std::string open_error(const fs::path& p) {
   return error_of([&] { kimi::SafetensorsFile f(p); });

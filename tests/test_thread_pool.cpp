@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -67,6 +68,24 @@ TEST(ThreadPool, RepeatedRunsOnOnePool) {
     });
   }
   for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], int64_t(i) * 2000);
+}
+
+TEST(ThreadPool, JobsAfterSpinningAndAfterSleeping) {
+  // Back-to-back jobs find the workers spinning; after a pause longer than the spin they sleep
+  // and must be woken; a slow chunk makes the caller give up spinning and sleep for the rest.
+  ThreadPool pool(3);
+  std::atomic<int64_t> total{0};
+  int64_t want = 0;
+  for (int rep = 0; rep < 60; ++rep) {
+    if (rep % 10 == 5) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const bool slow = rep % 20 == 7;
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      if (slow && b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      for (int64_t i = b; i < e; ++i) total.fetch_add(i + 1);
+    });
+    want += 64 * 65 / 2;
+    ASSERT_EQ(total.load(), want) << "job " << rep;
+  }
 }
 
 TEST(ThreadPool, ActuallyUsesSeveralThreads) {

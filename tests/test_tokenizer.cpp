@@ -33,14 +33,7 @@ void write_file(const std::filesystem::path& p, std::string_view s) {
   f.write(s.data(), std::streamsize(s.size()));
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // A real vocabulary, trained once for the whole file: the common licenses plus some text in the
 // scripts the tests use, 2048 ranks.

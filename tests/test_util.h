@@ -1,9 +1,13 @@
 #pragma once
 // Helpers shared by the test files: scratch directories and the tiny model they all use.
+#include <gtest/gtest.h>
+
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 
+#include "common/error.h"
 #include "modelgen/make_model.h"
 
 namespace kimi::test {
@@ -34,6 +38,20 @@ inline std::filesystem::path make_tiny_model(const TempDir& dir, const std::stri
   const auto out = dir.path() / name;
   make_model(out, options);
   return out;
+}
+
+// The message of the kimi::Error that f throws; a test failure if it throws nothing or another type.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const kimi::Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected kimi::Error, got another exception: " << e.what();
+    return {};
+  }
+  ADD_FAILURE() << "expected kimi::Error, nothing was thrown";
+  return {};
 }
 
 }  // namespace kimi::test

@@ -17,47 +17,116 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
-LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
-  const ModelConfig& c = model.config();
-  if (o.input_len < 1 || o.output_len < 1 || o.iterations < 1)
-    throw Error("bench latency: --input-len, --output-len and --num-iters must be positive");
+namespace {
+
+// One prompt of ordinary (non-special) ids: the top 256 of the vocabulary are the special block.
+std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o) {
   Rng rng(o.seed);
   std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
-  // Ordinary (non-special) ids: the top 256 of the vocabulary are the special-token block.
   const int64_t ordinary = std::max<int64_t>(1, c.vocab_size - 256);
   for (auto& t : prompt) t = int32_t(rng.next_u64() % uint64_t(ordinary));
+  return prompt;
+}
 
-  LatencyResult r;
-  r.prefill_seconds = r.decode_seconds = 1e30;
-  for (int it = 0; it < o.iterations; ++it) {
-    KvCache cache = model.new_cache(o.input_len + o.output_len);
-    auto t0 = Clock::now();
-    std::vector<float> logits = model.forward(prompt, cache);
-    r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
-
-    t0 = Clock::now();
-    for (int64_t i = 0; i < o.output_len; ++i) {
-      const int32_t next = argmax(logits);
-      logits = model.forward({&next, 1}, cache);
-    }
-    r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
+// One timed prefill + greedy decode; keeps the best times in r.
+void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, LatencyResult& r) {
+  KvCache cache = model.new_cache(o.input_len + o.output_len);
+  auto t0 = Clock::now();
+  std::vector<float> logits = model.forward(prompt, cache);
+  r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
+  t0 = Clock::now();
+  for (int64_t i = 0; i < o.output_len; ++i) {
+    const int32_t next = argmax(logits);
+    logits = model.forward({&next, 1}, cache);
   }
+  r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
+}
+
+void finish(const Model& model, const LatencyOptions& o, LatencyResult& r) {
+  const ModelConfig& c = model.config();
   r.prefill_tokens_per_s = double(o.input_len) / r.prefill_seconds;
   r.decode_tokens_per_s = double(o.output_len) / r.decode_seconds;
-
   // Decode reads every active weight once and the cache rows of every layer at each step.
   const double mean_ctx = double(o.input_len) + double(o.output_len + 1) / 2.0;
   const double kv_row_bytes = double(c.kv_lora_rank + c.qk_rope_head_dim) * sizeof(float);
   r.decode_bytes_per_token =
       double(model.weights().active_bytes_per_token) + mean_ctx * double(c.num_hidden_layers) * kv_row_bytes;
   r.prefill_flops_per_token = 2.0 * double(model.weights().active_params_per_token);
+  if (r.read_bandwidth > 0) r.decode_roofline_fraction = r.decode_bytes_per_token * r.decode_tokens_per_s / r.read_bandwidth;
+  if (r.matmul_peak_flops > 0)
+    r.prefill_roofline_fraction = r.prefill_flops_per_token * r.prefill_tokens_per_s / r.matmul_peak_flops;
+}
+
+void check_options(const LatencyOptions& o) {
+  if (o.input_len < 1 || o.output_len < 1 || o.iterations < 1)
+    throw Error("bench latency: --input-len, --output-len and --num-iters must be positive");
+}
+
+}  // namespace
+
+LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
+  check_options(o);
+  const std::vector<int32_t> prompt = random_prompt(model.config(), o);
+  LatencyResult r;
+  r.prefill_seconds = r.decode_seconds = 1e30;
+  for (int it = 0; it < o.iterations; ++it) time_once(model, prompt, o, r);
   if (o.measure_limits) {
     r.read_bandwidth = measure_read_bandwidth(model.pool());
     r.matmul_peak_flops = measure_matmul_flops(model.pool());
-    r.decode_roofline_fraction = r.decode_bytes_per_token * r.decode_tokens_per_s / r.read_bandwidth;
-    r.prefill_roofline_fraction = r.prefill_flops_per_token * r.prefill_tokens_per_s / r.matmul_peak_flops;
   }
+  finish(model, o, r);
   return r;
+}
+
+void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& o) {
+  check_options(o);
+  if (variants.empty()) return;
+  const std::vector<int32_t> prompt = random_prompt(variants[0].model->config(), o);
+  for (LatencyVariant& v : variants) v.result.prefill_seconds = v.result.decode_seconds = 1e30;
+  for (int it = 0; it < o.iterations; ++it)
+    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.result);
+  double bw = 0, peak = 0;
+  if (o.measure_limits) {
+    bw = measure_read_bandwidth(variants[0].model->pool());
+    peak = measure_matmul_flops(variants[0].model->pool());
+  }
+  for (LatencyVariant& v : variants) {
+    v.result.read_bandwidth = bw;
+    v.result.matmul_peak_flops = peak;
+    finish(*v.model, o, v.result);
+  }
+}
+
+std::string format_latency_comparison(const std::vector<LatencyVariant>& variants, const LatencyOptions& o) {
+  if (variants.empty()) return "";
+  std::string out;
+  char line[512];
+  const LatencyResult& base = variants[0].result;
+  std::snprintf(line, sizeof line,
+                "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
+                "measured read bandwidth %.2f GB/s, matmul peak %.2f GFLOP/s\n\n"
+                "%-8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
+                variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
+                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, "weights", "MB/token", "fewer", "decode tok/s",
+                "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
+  out += line;
+  for (const LatencyVariant& v : variants) {
+    const LatencyResult& r = v.result;
+    const double mb = double(v.model->weights().active_bytes_per_token) / 1e6;
+    const double base_mb = double(variants[0].model->weights().active_bytes_per_token) / 1e6;
+    std::snprintf(line, sizeof line, "%-8s %10.1f %7.2fx %12.1f %7.2fx %9.1f%% %12.1f %7.2fx %9.1f%%\n",
+                  v.label.c_str(), mb, base_mb / mb, r.decode_tokens_per_s,
+                  r.decode_tokens_per_s / base.decode_tokens_per_s, 100.0 * r.decode_roofline_fraction,
+                  r.prefill_tokens_per_s, r.prefill_tokens_per_s / base.prefill_tokens_per_s,
+                  100.0 * r.prefill_roofline_fraction);
+    out += line;
+  }
+  for (const LatencyVariant& v : variants) out += v.label + ": " + v.model->weights().storage + "\n";
+  out += "(fewer: how many times fewer weight bytes a decoded token reads than the first variant, the\n"
+         " speed-up a memory-bound decode can reach; decode roofline: active weight bytes + KV reads per\n"
+         " token against read bandwidth; prefill: 2 x active parameters per token against the float\n"
+         " matmul peak, so integer kernels may exceed it)\n";
+  return out;
 }
 
 std::string format_latency_report(const Model& model, const LatencyOptions& o, const LatencyResult& r) {

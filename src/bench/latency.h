@@ -5,6 +5,7 @@
 // token), prefill against the peak of the matmul kernel.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 
@@ -31,5 +32,16 @@ struct LatencyResult {
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
 std::string format_latency_report(const Model& model, const LatencyOptions& options, const LatencyResult& r);
+
+// The same bench over several loadings of one checkpoint (e.g. --quantization none,int4,w4a8):
+// iterations alternate between the variants so that machine noise hits them alike, and the
+// limits are measured once. Ratios in the table are against the first variant.
+struct LatencyVariant {
+  std::string label;
+  Model* model = nullptr;
+  LatencyResult result;
+};
+void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& options);
+std::string format_latency_comparison(const std::vector<LatencyVariant>& variants, const LatencyOptions& options);
 
 }  // namespace kimi

@@ -1,9 +1,38 @@
 #include "common/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace kimi {
+
+namespace {
+
+// How long a thread spins for the next job (or for the workers to finish) before it sleeps.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Spins until done() or kSpin has passed; returns done().
+template <class Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -15,7 +44,7 @@ ThreadPool::~ThreadPool() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  cv_start_.notify_all();
+  cv_start_.notify_all();  // spinning workers see stop_ themselves
   // jthread joins on destruction.
 }
 
@@ -37,17 +66,20 @@ void ThreadPool::work_on_current_job() {
 
 void ThreadPool::worker_loop() {
   uint64_t seen = 0;
+  const auto ready = [&] { return stop_.load() || generation_.load() != seen; };
   for (;;) {
-    {
+    if (!spin_until(ready)) {
       std::unique_lock lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      sleepers_.fetch_add(1);
+      cv_start_.wait(lock, ready);
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    seen = generation_.load();
     work_on_current_job();
-    {
+    if (active_.fetch_sub(1) == 1 && caller_sleeps_.load()) {
       std::lock_guard lock(mu_);
-      if (--active_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
@@ -68,20 +100,28 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
   } guard{busy_};
   // About four chunks per thread balances uneven chunks without much scheduling overhead.
   const int64_t chunk = std::max(grain, (n + 4 * threads - 1) / (4 * threads));
-  {
+  // No worker reads the job's fields now: each finished the last job before it decremented
+  // active_, and none starts before generation_ changes.
+  fn_ = fn;
+  ctx_ = ctx;
+  n_ = n;
+  chunk_ = chunk;
+  next_.store(0, std::memory_order_relaxed);
+  active_.store(int(workers_.size()));
+  generation_.fetch_add(1);
+  if (sleepers_.load() > 0) {
     std::lock_guard lock(mu_);
-    fn_ = fn;
-    ctx_ = ctx;
-    n_ = n;
-    chunk_ = chunk;
-    next_.store(0, std::memory_order_relaxed);
-    active_ = int(workers_.size());
-    ++generation_;
+    cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   work_on_current_job();
-  std::unique_lock lock(mu_);
-  cv_done_.wait(lock, [&] { return active_ == 0; });
+  const auto done = [&] { return active_.load() == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock lock(mu_);
+    caller_sleeps_.store(true);
+    cv_done_.wait(lock, done);
+    caller_sleeps_.store(false);
+  }
+  std::lock_guard lock(mu_);  // error_ is written under mu_
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 

@@ -5,6 +5,11 @@
 // the chunks of another pool) runs all of its work on the calling thread instead of waiting:
 // that can neither deadlock nor disturb the running job. An exception thrown by fn stops the
 // remaining chunks and is rethrown by parallel_for once every thread has left the job.
+//
+// Between jobs the threads spin briefly before they sleep: a decode step is hundreds of small
+// matmuls microseconds apart, and waking a sleeping thread through the kernel costs about as
+// much as one of them (as in ggml's thread pool, which spins too). After kSpin without a job
+// they block on a condition variable, so an idle server uses no CPU.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -38,12 +43,18 @@ class ThreadPool {
   void work_on_current_job();
 
   std::vector<std::jthread> workers_;
+  // The sleeping side of the hand-offs. A thread announces that it sleeps (sleepers_ /
+  // caller_sleeps_) before it checks the condition under mu_; the other side changes the
+  // condition before it reads the announcement (both sequentially consistent), so at least one
+  // of them sees the other and no wake-up is lost.
   std::mutex mu_;
   std::condition_variable cv_start_, cv_done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int active_ = 0;
-  // The current job; published under mu_ before workers are woken.
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeps_{false};
+  std::atomic<uint64_t> generation_{0};  // bumped to start a job
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_{0};  // workers not yet done with the current job
+  // The current job; written before generation_ is bumped, which publishes it.
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;

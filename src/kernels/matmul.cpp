@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "kernels/kernels_impl.h"
+#include "kernels/quant_kernels.h"
 
 namespace kimi {
 
@@ -12,13 +13,11 @@ namespace {
 
 bool is_float_weight(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
-void check_weight(const WeightMatrix& w, const char* what) {
-  if (!is_float_weight(w.dtype))
-    throw Error(std::string(what) + ": unsupported weight dtype " + std::string(dtype_name(w.dtype)) +
-                " (expected F32, F16 or BF16)");
-  if (w.rows < 0 || w.cols < 0 || (w.data == nullptr && w.rows * w.cols > 0))
-    throw Error(std::string(what) + ": invalid weight matrix [" + std::to_string(w.rows) + ", " +
-                std::to_string(w.cols) + "]");
+// Float-only entry points (matmul_untransposed) reject the integer formats.
+void check_dense_weight(const WeightMatrix& w, const char* what) {
+  if (w.format != WeightFormat::Dense)
+    throw Error(std::string(what) + ": integer-format weights are not supported (dequantize them first)");
+  kernels::validate_weight(w, what);
 }
 
 // Work per parallel chunk, in multiply-adds: below this, waking another thread costs more than
@@ -30,8 +29,14 @@ constexpr int64_t kRowBlock = 4;
 
 void matmul_with(const kernels::KernelTable& k, ThreadPool& pool, const WeightMatrix& w,
                  const float* x, int64_t n, float* y) {
-  check_weight(w, "matmul");
+  kernels::validate_weight(w, "matmul");
   if (n <= 0 || w.rows == 0) return;
+  if (w.cols == 0) {
+    std::fill(y, y + n * w.rows, 0.0f);
+    return;
+  }
+  if (w.format != WeightFormat::Dense)
+    return kernels::quant_matmul(kernels::quant_kernels_for(kernels::quant_isa_for(k.isa)), pool, w, x, n, y);
   const int64_t blocks = (w.rows + kRowBlock - 1) / kRowBlock;
   const int64_t macs_per_block = std::max<int64_t>(1, kRowBlock * w.cols * n);
   const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
@@ -49,14 +54,49 @@ void convert_with(const kernels::KernelTable& k, DType src_dtype, const void* sr
 
 }  // namespace
 
+namespace kernels {
+
+// The integer formats: x is prepared once (quantised per token for Int8PerToken), then the
+// rows are split exactly as for the float kernels.
+void quant_matmul(const QuantKernelTable& table, ThreadPool& pool, const WeightMatrix& w,
+                  const float* x, int64_t n, float* y) {
+  const QuantKernelTable& k = quant_simd_supports(w, table.lanes) ? table : kQuantScalar;
+  PreparedInput prepared;
+  prepare_input(pool, k, w, x, n, prepared);
+  const int64_t blocks = (w.rows + kRowBlock - 1) / kRowBlock;
+  const int64_t macs_per_block = std::max<int64_t>(1, kRowBlock * w.cols * n);
+  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
+  pool.parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
+    k.matmul_rows(w, prepared.in, y, b * kRowBlock, std::min(w.rows, e * kRowBlock));
+  });
+}
+
+}  // namespace kernels
+
 WeightMatrix WeightMatrix::row_slice(int64_t first, int64_t count) const {
   if (first < 0 || count < 0 || first + count > rows)
     throw Error("WeightMatrix::row_slice: rows [" + std::to_string(first) + ", " +
                 std::to_string(first + count) + ") out of [0, " + std::to_string(rows) + ")");
   WeightMatrix s = *this;
-  s.data = static_cast<const std::byte*>(data) + size_t(first) * size_t(cols) * dtype_size(dtype);
   s.rows = count;
+  if (format == WeightFormat::Dense) {
+    s.data = static_cast<const std::byte*>(data) + size_t(first) * size_t(cols) * dtype_size(dtype);
+    return s;
+  }
+  const size_t row_bytes = format == WeightFormat::Int4Group ? size_t(cols) / 2 : size_t(cols);
+  const size_t groups = group_size > 0 ? size_t(cols / group_size) : 0;
+  s.data = static_cast<const std::byte*>(data) + size_t(first) * row_bytes;
+  if (scales) s.scales = static_cast<const std::byte*>(scales) + size_t(first) * groups * dtype_size(scale_dtype);
+  if (zero_points) s.zero_points = zero_points + size_t(first) * groups;
   return s;
+}
+
+size_t WeightMatrix::bytes() const {
+  const size_t elems = size_t(rows) * size_t(cols);
+  if (format == WeightFormat::Dense) return elems * dtype_size(dtype);
+  const size_t scale_count = group_size > 0 ? size_t(rows) * size_t(cols / group_size) : 0;
+  const size_t data_bytes = format == WeightFormat::Int4Group ? elems / 2 : elems;
+  return data_bytes + scale_count * dtype_size(scale_dtype) + (zero_points ? scale_count : 0);
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n, float* y) {
@@ -69,12 +109,12 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n, 
 }
 
 void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float* y) {
-  check_weight(w, "matmul_untransposed");
+  check_dense_weight(w, "matmul_untransposed");
   if (n > 0) kernels::best_kernels().matmul_untransposed(w, x, n, y);
 }
 
 void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float* y, Isa isa) {
-  check_weight(w, "matmul_untransposed");
+  check_dense_weight(w, "matmul_untransposed");
   if (n > 0) kernels::kernels_for(isa).matmul_untransposed(w, x, n, y);
 }
 

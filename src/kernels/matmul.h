@@ -10,13 +10,47 @@
 
 namespace kimi {
 
+// How a weight matrix's elements are stored. Quantized formats are the kernels' own in-memory
+// layouts; the loader maps the published checkpoint formats (compressed-tensors pack-quantized,
+// msModelSlim W4A8/W8A8) onto them, in place where the bytes already match.
+enum class WeightFormat {
+  Dense,  // `dtype` elements (F32, F16 or BF16), row-major
+  // 4-bit integers packed along the input dimension exactly as compressed-tensors does: row r's
+  // element i is nibble (i % 8) (bits 4*(i%8)..+3) of little-endian uint32 word r*cols/8 + i/8,
+  // i.e. byte j of a row holds element 2j in its low and 2j+1 in its high nibble. Nibbles are
+  // unsigned q in [0, 15]; value = (q - zero) * scale[r, i / group_size], zero = 8 unless
+  // `zero_points` is set (asymmetric).
+  Int4Group,
+  // int8 per element, row-major; value = q * scale[r, i / group_size] (symmetric).
+  Int8Group,
+};
+
+// What the activations are turned into before an integer weight format multiplies them.
+enum class ActivationQuant {
+  None,          // f32 activations; weights are dequantised in registers (W4A16 / W8A16)
+  Int8PerToken,  // dynamic symmetric int8 per token (row of x): scale = max|x| / 127 (W4A8 / W8A8)
+};
+
 // A row-major [rows, cols] matrix; in the PyTorch nn.Linear convention rows = out_features and
-// cols = in_features. `data` is not owned.
+// cols = in_features. `data`, `scales` and `zero_points` are not owned.
 struct WeightMatrix {
-  DType dtype = DType::BF16;
+  DType dtype = DType::BF16;  // Dense: the element type; ignored for the integer formats
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+
+  WeightFormat format = WeightFormat::Dense;
+  ActivationQuant act_quant = ActivationQuant::None;  // integer formats only
+  // Integer formats: scales [rows, cols / group_size] of `scale_dtype` (BF16 or F32), row-major.
+  // group_size divides cols and is a multiple of 32, or equals cols (per-channel scales).
+  const void* scales = nullptr;
+  DType scale_dtype = DType::BF16;
+  int64_t group_size = 0;
+  // Int4Group, asymmetric only: zero points [rows, cols / group_size], one uint8 in [0, 15] each.
+  const uint8_t* zero_points = nullptr;
+
+  // Bytes of `data` (+ scales and zero points) the matrix occupies: what a GEMV reads.
+  size_t bytes() const;
 
   // Rows [first, first + count) as a matrix of their own (they are contiguous).
   WeightMatrix row_slice(int64_t first, int64_t count) const;

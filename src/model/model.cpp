@@ -13,7 +13,7 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
     : config_(ModelConfig::load(dir)),
       options_(options),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      weights_(load_weights(*checkpoint_, config_)),
+      weights_(load_weights(*checkpoint_, config_, options.quantization)),
       rope_(config_),
       pool_(options.num_threads) {}
 

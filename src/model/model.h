@@ -21,6 +21,7 @@ namespace kimi {
 struct ModelOptions {
   int num_threads = 0;  // <= 0: all hardware threads
   AttentionMode attention_mode = AttentionMode::Auto;
+  QuantizationRequest quantization{};  // --quantization: as stored, or quantize float weights on load
 };
 
 // One sequence's part of a forward step: its new tokens (written to its cache at positions

@@ -8,6 +8,7 @@
 #include "format/checkpoint.h"
 #include "format/model_config.h"
 #include "kernels/matmul.h"
+#include "model/weight_binder.h"
 
 namespace kimi {
 
@@ -49,10 +50,13 @@ struct ModelWeights {
   size_t active_bytes_per_token = 0;
   int64_t active_params_per_token = 0;  // the same matrices in elements (2 flops each per token)
   size_t total_bytes = 0;
+  std::string storage;          // how the weights are stored / quantized, for the load summary
+  OwnedWeightBuffers buffers;   // converted weights (repacked, quantized on load) the matrices point into
 };
 
 // Binds every tensor of text_model_layout(config), checking its shape; errors name the shard
-// file and the tensor. The checkpoint must outlive the returned weights.
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config);
+// file and the tensor. Quantized checkpoints (model/weight_binder.h) load as stored, and float
+// ones are quantized on load when `quant` asks. The checkpoint must outlive the returned weights.
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {});
 
 }  // namespace kimi

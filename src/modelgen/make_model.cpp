@@ -7,10 +7,12 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "format/model_config.h"
+#include "format/quantization_config.h"
 #include "format/safetensors.h"
 #include "model/tensor_layout.h"
 #include "modelgen/chat_template_data.h"
 #include "modelgen/presets.h"
+#include "modelgen/quantized_tensors.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tiktoken_file.h"
@@ -127,26 +129,55 @@ MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModel
   if (o.dtype != DType::BF16 && o.dtype != DType::F16 && o.dtype != DType::F32)
     throw Error("make-model: --dtype must be bf16, f16 or f32");
   const nlohmann::json text = preset_text_config(o.preset);
-  const nlohmann::json config = full_config(text, o.form);
+  nlohmann::json config = full_config(text, o.form);
   const ModelConfig mc = ModelConfig::from_json(config, "preset " + o.preset);
 
   std::filesystem::create_directories(out_dir);
   MakeModelResult result;
   std::vector<TensorSpec> specs;
+  nlohmann::json description = nlohmann::json::object();  // msModelSlim types, for w4a8 / w8a8
   for (TensorLayout& t : text_model_layout(mc)) {
     // Kimi-K2.5 stores the router bias in f32 whatever the weights' dtype.
     const DType dtype = t.published_dtype == DType::F32 ? DType::F32 : o.dtype;
+    const std::string stream = t.name.substr(mc.tensor_prefix.size());
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     result.num_parameters += numel;
-    result.bytes += size_t(numel) * dtype_size(dtype);
-    specs.push_back({t.name, dtype, t.shape,
-                     [t, dtype, seed = o.seed, stream = t.name.substr(mc.tensor_prefix.size())](std::span<std::byte> out) {
+    const bool linear = t.role == TensorRole::Linear || t.role == TensorRole::LmHead;
+    // A quantized linear stores the quantization of the float model's (rounded) weights, so
+    // the float and quantized checkpoints of one seed can be compared.
+    auto source = [t, dtype, stream, seed = o.seed, numel] {
+      std::vector<std::byte> raw(size_t(numel) * dtype_size(dtype));
+      fill_tensor(t, stream, dtype, seed, raw);
+      std::vector<float> f(static_cast<size_t>(numel));
+      convert_to_f32(dtype, raw.data(), f.data(), numel);
+      return f;
+    };
+    if (linear && o.quant != QuantPreset::None &&
+        append_quantized_linear(o.quant, t.name.substr(0, t.name.size() - 7), t.shape[0], t.shape[1], source, specs,
+                                description))
+      continue;
+    if (o.quant == QuantPreset::W4A8 || o.quant == QuantPreset::W8A8) description[t.name] = "FLOAT";
+    specs.push_back({t.name, dtype, t.shape, [t, dtype, seed = o.seed, stream](std::span<std::byte> out) {
                        fill_tensor(t, stream, dtype, seed, out);
                      }});
   }
   result.num_tensors = int64_t(specs.size());
+  for (const TensorSpec& s : specs) {
+    int64_t numel = 1;
+    for (int64_t d : s.shape) numel *= d;
+    result.bytes += size_t(numel) * dtype_size(s.dtype);
+  }
 
+  if (o.quant == QuantPreset::Int4) {
+    // The release carries the same quantization_config at the top level and in text_config.
+    config["quantization_config"] = CompressedTensorsConfig::kimi_k25_int4_json();
+    if (config.contains("text_config")) config["text_config"]["quantization_config"] = config["quantization_config"];
+  } else if (o.quant != QuantPreset::None) {
+    description["model_quant_type"] = o.quant == QuantPreset::W4A8 ? "W4A8_DYNAMIC" : "W8A8_DYNAMIC";
+    description["version"] = "1.0.0";
+    write_json(out_dir / ModelSlimDescription::kFileName, description);
+  }
   write_json(out_dir / "config.json", config);
   write_json(out_dir / "generation_config.json",
              // Kimi ends chat turns with <|im_end|> (the special block's third id).

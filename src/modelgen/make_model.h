@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "model/quant_plan.h"
 
 namespace kimi {
 
@@ -21,6 +22,9 @@ struct MakeModelOptions {
   DType dtype = DType::BF16;  // of the weight matrices and norms; the router bias is always F32
   CheckpointForm form = CheckpointForm::KimiK25;
   size_t max_shard_bytes = size_t(512) << 20;
+  // None: float weights. Int4: the official INT4 release's compressed-tensors layout (routed
+  // experts). W4A8 / W8A8: msModelSlim files with quant_model_description.json.
+  QuantPreset quant = QuantPreset::None;
 };
 
 struct MakeModelResult {

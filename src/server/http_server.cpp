@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include "server/api_error.h"
 
@@ -133,6 +134,16 @@ void HttpServer::routes() {
 }
 
 bool HttpServer::listen() {
+  // httplib (the Debian library, compiled) listens with a backlog of 5: a burst of connections,
+  // such as a benchmark at --request-rate inf, overflows the accept queue and the kernel drops
+  // them, so clients wait for TCP retransmits (0.2 s, 1 s) or fail. The listening socket is
+  // caught as httplib creates it and listen() is called again with uvicorn's (vLLM's) backlog;
+  // the kernel caps it at net.core.somaxconn.
+  int listen_fd = -1;
+  server_->set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = int(sock);
+  });
   if (config_.port == 0) {
     bound_port_ = server_->bind_to_any_port(config_.host);
     if (bound_port_ <= 0) return false;
@@ -140,6 +151,8 @@ bool HttpServer::listen() {
     if (!server_->bind_to_port(config_.host, config_.port)) return false;
     bound_port_ = config_.port;
   }
+  server_->set_socket_options(httplib::default_socket_options);  // the lambda holds a local
+  if (listen_fd >= 0) ::listen(listen_fd, 2048);
   return server_->listen_after_bind();
 }
 

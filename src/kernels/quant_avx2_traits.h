@@ -1,0 +1,114 @@
+#pragma once
+// The AVX2 (+FMA) traits of the integer-weight kernels (quant_generic.h), with or without
+// AVX-VNNI (VEX-encoded VPDPBUSD). Included only by quant_avx2.cpp and quant_avxvnni.cpp,
+// which are compiled with those ISA flags.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/quant_generic.h"
+
+namespace kimi::kernels {
+namespace {
+
+template <bool kVnniOn>
+struct Avx2QuantTraits {
+  using V = __m256;
+  using VI = __m256i;
+  static constexpr int kLanes = 8;
+  static constexpr bool kVnni = kVnniOn;
+  // 16 ymm registers: 2 x 3 f32 totals (+ their int32 sums), x, weights.
+  static constexpr int kGemmRows = 2;
+  static constexpr int kGemmTokens = 3;
+
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float a) { return _mm256_set1_ps(a); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static float reduce(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static V load_f(const float* p) { return _mm256_loadu_ps(p); }
+  static V load_f_tail(const float* p, int len) {
+    alignas(32) float buf[8] = {};
+    std::memcpy(buf, p, size_t(len) * 4);
+    return _mm256_load_ps(buf);
+  }
+  static V cvt(VI v) { return _mm256_cvtepi32_ps(v); }
+
+  // Partial loads copy into a zeroed buffer (AVX2 has no byte-masked loads); only row tails.
+  static __m128i load8(const uint8_t* p, int bytes) {
+    uint64_t u = 0;
+    std::memcpy(&u, p, size_t(bytes));
+    return _mm_cvtsi64_si128(int64_t(u));
+  }
+
+  struct G4 {
+    VI zero;
+    V scale;
+  };
+  static G4 make_group4(float scale, int zero) { return {_mm256_set1_epi32(zero), _mm256_set1_ps(scale)}; }
+  static VI load_nib(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static VI load_nib_tail(const uint8_t* p, int bytes) { return _mm256_cvtepu8_epi32(load8(p, bytes)); }
+  static V deq_lo(VI v, const G4& g) {
+    const VI q = _mm256_sub_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0xF)), g.zero);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), g.scale);
+  }
+  static V deq_hi(VI v, const G4& g) {
+    const VI q = _mm256_sub_epi32(_mm256_srli_epi32(v, 4), g.zero);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), g.scale);
+  }
+  static VI load_i8(const uint8_t* p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static VI load_i8_tail(const uint8_t* p, int bytes) { return _mm256_cvtepi8_epi32(load8(p, bytes)); }
+
+  // Integer blocks of 32 bytes.
+  static VI load_block(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+  static VI load_block_tail(const void* p, int bytes) {
+    alignas(32) uint8_t buf[32] = {};
+    std::memcpy(buf, p, size_t(bytes));
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  }
+  static VI lo_nib(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+  static VI hi_nib(VI v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F)); }
+  static VI dot_u8s8(VI acc, VI u, VI s) {
+    if constexpr (kVnni)
+      return _mm256_dpbusd_avx_epi32(acc, u, s);
+    else
+      return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+  }
+  static VI ones8() { return _mm256_set1_epi8(1); }
+  static VI abs8(VI w) { return _mm256_abs_epi8(w); }
+  static VI sign8(VI x, VI w) { return _mm256_sign_epi8(x, w); }
+  static VI izero() { return _mm256_setzero_si256(); }
+  static VI iset1(int v) { return _mm256_set1_epi32(v); }
+  static VI iadd(VI a, VI b) { return _mm256_add_epi32(a, b); }
+  static VI isub(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+  template <int N>
+  static VI slli(VI a) { return _mm256_slli_epi32(a, N); }
+  static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+  static VI load_i(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+  static V scales_window(const RowGroups& rg, int64_t g, int count) {
+    alignas(32) float buf[8] = {};
+    for (int i = 0; i < count; ++i) buf[i] = rg.scale(g + i);
+    return _mm256_load_ps(buf);
+  }
+  static VI zeros_window(const uint8_t* p, int count) {
+    alignas(32) int32_t buf[8] = {};
+    for (int i = 0; i < count; ++i) buf[i] = p[i];
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  }
+  static V permute(V v, VI idx) { return _mm256_permutevar8x32_ps(v, idx); }
+  static VI permute_i(VI v, VI idx) { return _mm256_permutevar8x32_epi32(v, idx); }
+};
+
+}  // namespace
+}  // namespace kimi::kernels

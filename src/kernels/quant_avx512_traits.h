@@ -1,0 +1,109 @@
+#pragma once
+// The AVX-512 (F/BW/VL/DQ) traits of the integer-weight kernels (quant_generic.h), with or
+// without AVX-512 VNNI. Included only by quant_avx512.cpp and quant_avx512vnni.cpp, which are
+// compiled with those ISA flags.
+// GCC 12.2's AVX-512 intrinsics trip -Wuninitialized inside the header (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include "kernels/quant_generic.h"
+
+namespace kimi::kernels {
+namespace {
+
+template <bool kVnniOn>
+struct Avx512QuantTraits {
+  using V = __m512;
+  using VI = __m512i;
+  static constexpr int kLanes = 16;
+  static constexpr bool kVnni = kVnniOn;
+  // 32 zmm registers: 4 x 3 f32 totals (+ their int32 sums while a segment runs), x, weights.
+  static constexpr int kGemmRows = 4;
+  static constexpr int kGemmTokens = 3;
+
+  static __mmask16 mask16(int len) { return __mmask16((1u << len) - 1u); }
+
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float a) { return _mm512_set1_ps(a); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce(V v) { return _mm512_reduce_add_ps(v); }
+  static V load_f(const float* p) { return _mm512_loadu_ps(p); }
+  static V load_f_tail(const float* p, int len) { return _mm512_maskz_loadu_ps(mask16(len), p); }
+  static V cvt(VI v) { return _mm512_cvtepi32_ps(v); }
+
+  // int4 x f32: a 16-entry table of (q - zero) * scale, indexed by the nibble (VPERMPS reads
+  // only the low 4 bits of each index, so the low nibble needs no mask).
+  using G4 = V;
+  static G4 make_group4(float scale, int zero) {
+    const V iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(float(zero))), _mm512_set1_ps(scale));
+  }
+  static VI load_nib(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static VI load_nib_tail(const uint8_t* p, int bytes) {
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(bytes), p));
+  }
+  static V deq_lo(VI v, const G4& table) { return _mm512_permutexvar_ps(v, table); }
+  // int4 x f32 on whole words (int4_word_layout): the nibble at bits 4j of each 32-bit lane,
+  // looked up in a 16-entry table (VPERMPS ignores the index bits above the low 4).
+  static V lut_nibble(VI words, unsigned j, V table) {
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(words, j * 4), table);
+  }
+  static V deq_hi(VI v, const G4& table) {
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  }
+  static VI load_i8(const uint8_t* p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static VI load_i8_tail(const uint8_t* p, int bytes) {
+    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask16(bytes), p));
+  }
+
+  // Integer blocks of 64 bytes.
+  static VI load_block(const void* p) { return _mm512_loadu_si512(p); }
+  static VI load_block_tail(const void* p, int bytes) {
+    return _mm512_maskz_loadu_epi8(bytes >= 64 ? ~__mmask64(0) : (__mmask64(1) << bytes) - 1, p);
+  }
+  static VI lo_nib(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+  static VI hi_nib(VI v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F)); }
+  static VI dot_u8s8(VI acc, VI u, VI s) {
+    if constexpr (kVnni)
+      return _mm512_dpbusd_epi32(acc, u, s);
+    else
+      return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  }
+  static VI ones8() { return _mm512_set1_epi8(1); }
+  static VI abs8(VI w) { return _mm512_abs_epi8(w); }
+  static VI sign8(VI x, VI w) {
+    // No VPSIGNB on zmm: negate x where w is negative (where w is 0, |w| = 0 anyway).
+    return _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+  }
+  static VI izero() { return _mm512_setzero_si512(); }
+  static VI iset1(int v) { return _mm512_set1_epi32(v); }
+  static VI iadd(VI a, VI b) { return _mm512_add_epi32(a, b); }
+  static VI isub(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+  template <int N>
+  static VI slli(VI a) { return _mm512_slli_epi32(a, N); }
+  static VI mullo(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+  static VI load_i(const int32_t* p) { return _mm512_loadu_si512(p); }
+
+  static V scales_window(const RowGroups& rg, int64_t g, int count) {
+    if (rg.f32) return _mm512_maskz_loadu_ps(mask16(count), rg.scales + g * 4);
+    const __m256i h = _mm256_maskz_loadu_epi16(mask16(count), rg.scales + g * 2);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static VI zeros_window(const uint8_t* p, int count) {
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(count), p));
+  }
+  static V permute(V v, VI idx) { return _mm512_permutexvar_ps(idx, v); }
+  static VI permute_i(VI v, VI idx) { return _mm512_permutexvar_epi32(idx, v); }
+};
+
+}  // namespace
+}  // namespace kimi::kernels

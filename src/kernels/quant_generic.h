@@ -1,0 +1,477 @@
+#pragma once
+// The integer-weight kernel bodies, written once against a small "quant traits" interface and
+// instantiated by each SIMD variant's file with its own compiler flags (quant_avx2.cpp,
+// quant_avxvnni.cpp, quant_avx512.cpp, quant_avx512vnni.cpp). A traits type `Tr` provides:
+//   V, VI, kLanes (L)            f32 / int vectors of L 32-bit lanes
+//   kVnni                        dot_u8s8 is one instruction (else emulated; see below)
+//   kGemmRows, kGemmTokens       register tile of the n > 1 kernels
+//   zero, set1, add, mul, fma, reduce, load_f           f32 basics
+//   G4 make_group4(scale, zero), load_nib(p), load_nib_tail(p, bytes < L),
+//   deq_lo(v, g4), deq_hi(v, g4)  L packed int4 bytes, one per lane, turned into the f32 weights
+//                                 (nibble - zero) * scale of their low / high nibbles
+//   load_i8(p), load_i8_tail(p, bytes < L), cvt(VI)      L int8 weights as int32 lanes -> f32
+//   load_f_tail(p, len < L)      f32 loads of x, zero-filled past len
+//   load_block(p), load_block_tail(p, bytes < 4L)        4L bytes (zero-filled past the end)
+//   lo_nib(v), hi_nib(v)         the low / high nibble of each byte, as bytes
+//   dot_u8s8(acc, u, s)          acc[j] += sum of u8 x s8 over the 4 bytes of lane j (VPDPBUSD;
+//                                emulated with VPMADDUBSW + VPMADDWD, whose 16-bit pair sums must
+//                                not saturate: callers keep |u * s| pairs below 2^15)
+//   abs8(w), sign8(x, w)         |w| and x * sign(w) per byte (the non-VNNI int8 x int8 trick)
+//   izero, iset1, iadd, isub, slli<n>, mullo, load_i
+//   scales_window(row_groups, g, count) (f32 scales g..g+count of a row, zero-filled),
+//   zeros_window(p, count), permute(v, idx), permute_i(v, idx)
+//
+// Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
+// can be merged into code that runs on a CPU without it; no out-of-line library code is used.
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "kernels/quant_kernels.h"
+
+namespace kimi::kernels {
+namespace {
+
+constexpr int64_t qmin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Software prefetch distance per weight row (the GEMV streams rows from DRAM).
+constexpr int64_t kQuantPrefetchAhead = 512;
+// Rows swept by every token block of the GEMM while they stay in L2.
+constexpr int64_t kQuantRowChunk = 64;
+
+struct QuantCtx {
+  const WeightMatrix* w;
+  const QuantInput* in;
+  int64_t r0, t0;  // first row and token of the tile
+  bool prefetch;
+};
+
+inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
+  const size_t row_bytes = w.format == WeightFormat::Int4Group ? size_t(w.cols) / 2 : size_t(w.cols);
+  return static_cast<const uint8_t*>(w.data) + size_t(r) * row_bytes;
+}
+
+// One row's scales and zero points, located once per tile: the per-group loops then need no
+// index arithmetic (a 64-bit division per group costs more than the group's dot product).
+struct RowGroups {
+  const std::byte* scales;
+  const uint8_t* zeros;  // null: symmetric (zero 8 for int4)
+  bool f32;
+
+  RowGroups() = default;
+  RowGroups(const WeightMatrix& w, int64_t row) {
+    const int64_t groups = w.cols / w.group_size;
+    f32 = w.scale_dtype == DType::F32;
+    scales = static_cast<const std::byte*>(w.scales) + size_t(row * groups) * (f32 ? 4 : 2);
+    zeros = w.zero_points ? w.zero_points + row * groups : nullptr;
+  }
+  float scale(int64_t g) const {
+    if (f32) {
+      float f;
+      __builtin_memcpy(&f, scales + g * 4, 4);
+      return f;
+    }
+    uint16_t b;
+    __builtin_memcpy(&b, scales + g * 2, 2);
+    return bf16_to_f32(b);
+  }
+  int zero(int64_t g) const { return zeros ? zeros[g] : 8; }
+};
+
+// The data and the scales / zero points of the tile's rows r0 .. r0 + R - 1.
+template <int R>
+inline void locate_rows(const WeightMatrix& w, int64_t r0, const uint8_t* (&rows)[R], RowGroups (&rg)[R]) {
+  for (int r = 0; r < R; ++r) {
+    rows[r] = row_ptr(w, r0 + r);
+    rg[r] = RowGroups(w, r0 + r);
+  }
+}
+
+template <class Tr, class V, int R, int T>
+inline void zero_tile(V (&a)[R][T]) {
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) a[r][t] = Tr::zero();
+}
+
+template <int R>
+inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end) {
+  if (pos + kQuantPrefetchAhead < end)
+    for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + pos + kQuantPrefetchAhead, 0, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Int4Group x f32: each chunk of 2L inputs is L packed bytes; their low nibbles pair with the
+// L even inputs and the high nibbles with the L odd ones (x is split to match, QuantInput::xf).
+template <class Tr, int R, int T>
+void int4_f32_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  constexpr int64_t L = Tr::kLanes;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = w.cols / G, row_end = w.cols / 2;
+  V acc[R][T];
+  zero_tile<Tr>(acc);
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = in.xf + (c.t0 + t) * in.ldxf;
+
+  for (int64_t g = 0; g < groups; ++g) {
+    typename Tr::G4 st[R];
+    for (int r = 0; r < R; ++r) st[r] = Tr::make_group4(rg[r].scale(g), rg[r].zero(g));
+    const int64_t k1 = (g + 1) * G;
+    for (int64_t k = g * G; k < k1; k += 2 * L) {
+      const int64_t byte = k / 2;
+      if (c.prefetch && byte % 64 == 0) prefetch_ahead<R>(rows, byte, row_end);
+      const int nbytes = int(qmin(L, (k1 - k) / 2));
+      V xe[T], xo[T];
+      for (int t = 0; t < T; ++t) {
+        xe[t] = Tr::load_f(xs[t] + k);
+        xo[t] = Tr::load_f(xs[t] + k + L);
+      }
+      for (int r = 0; r < R; ++r) {
+        const VI v = nbytes == L ? Tr::load_nib(rows[r] + byte) : Tr::load_nib_tail(rows[r] + byte, nbytes);
+        const V lo = Tr::deq_lo(v, st[r]), hi = Tr::deq_hi(v, st[r]);
+        for (int t = 0; t < T; ++t) acc[r][t] = Tr::fma(hi, xo[t], Tr::fma(lo, xe[t], acc[r][t]));
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(acc[r][t]);
+}
+
+// Int4Group x f32 on whole packed words, for 16-lane variants and symmetric weights whose groups
+// tile blocks of 128 inputs (int4_word_layout). A 64-byte block is 16 words of 8 nibbles; word
+// l's nibble j is input 8l + j, so shifting all 16 words by 4j and looking the low nibble up in a
+// table of q - 8 gives 16 weights in one shift and one permute, with no unpacking shuffles; x is
+// laid out to match (QuantInput::xf). The sums are scaled once per block (kPerBlock: groups of 32
+// or 64, lane l in group 8l / G of the block) or once per group (groups of whole blocks).
+template <class Tr, int R, int T, bool kPerBlock>
+void int4_f32_words_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = w.cols / G;
+  const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + 127) / 128, nfull = w.cols / 128;
+  const int tail_bytes = int(row_bytes - nfull * 64);
+  const V table = Tr::make_group4(1.0f, 8);  // q - 8
+
+  alignas(64) int32_t lane_group[16];
+  for (int l = 0; l < 16; ++l) lane_group[l] = kPerBlock ? int32_t(8 * l / G) : 0;
+  const VI idx = Tr::load_i(lane_group);
+
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = in.xf + (c.t0 + t) * in.ldxf;
+  V total[R][T], acc[R][T];
+  zero_tile<Tr>(total);
+  const auto block = [&](int64_t b) {
+    const int64_t byte = b * 64;
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes);
+    VI v[R];
+    for (int r = 0; r < R; ++r)
+      v[r] = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
+    for (unsigned j = 0; j < 8; ++j) {
+      V xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = Tr::load_f(xs[t] + b * 128 + j * 16);
+      for (int r = 0; r < R; ++r) {
+        const V q = Tr::lut_nibble(v[r], j, table);
+        for (int t = 0; t < T; ++t) acc[r][t] = Tr::fma(q, xv[t], acc[r][t]);
+      }
+    }
+  };
+  const auto scale_into_total = [&](auto scale_of_row) {
+    for (int r = 0; r < R; ++r) {
+      const V s = scale_of_row(r);
+      for (int t = 0; t < T; ++t) total[r][t] = Tr::fma(acc[r][t], s, total[r][t]);
+    }
+  };
+
+  if constexpr (kPerBlock) {
+    const int64_t groups_per_block = 128 / G;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      zero_tile<Tr>(acc);
+      block(b);
+      const int64_t g0 = b * groups_per_block;
+      const int count = int(qmin(16, groups - g0));
+      scale_into_total([&](int r) { return Tr::permute(Tr::scales_window(rg[r], g0, count), idx); });
+    }
+  } else {
+    const int64_t blocks_per_group = groups == 1 ? nblocks : G / 128;
+    for (int64_t g = 0; g < groups; ++g) {
+      zero_tile<Tr>(acc);
+      const int64_t b1 = qmin(nblocks, (g + 1) * blocks_per_group);
+      for (int64_t b = g * blocks_per_group; b < b1; ++b) block(b);
+      scale_into_total([&](int r) { return Tr::set1(rg[r].scale(g)); });
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
+}
+
+// Int8Group x f32: L int8 weights per step, widened and scaled in registers.
+template <class Tr, int R, int T>
+void int8_f32_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  constexpr int64_t L = Tr::kLanes;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = w.cols / G;
+  V acc[R][T];
+  zero_tile<Tr>(acc);
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = in.x + (c.t0 + t) * w.cols;
+
+  for (int64_t g = 0; g < groups; ++g) {
+    V s[R];
+    for (int r = 0; r < R; ++r) s[r] = Tr::set1(rg[r].scale(g));
+    const int64_t k1 = (g + 1) * G;
+    for (int64_t k = g * G; k < k1; k += L) {
+      if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols);
+      const int len = int(qmin(L, k1 - k));
+      V xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = len == L ? Tr::load_f(xs[t] + k) : Tr::load_f_tail(xs[t] + k, len);
+      for (int r = 0; r < R; ++r) {
+        const VI q = len == L ? Tr::load_i8(rows[r] + k) : Tr::load_i8_tail(rows[r] + k, len);
+        const V wv = Tr::mul(Tr::cvt(q), s[r]);
+        for (int t = 0; t < T; ++t) acc[r][t] = Tr::fma(wv, xv[t], acc[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(acc[r][t]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integer weights x int8 activations. The row is walked in blocks of 4L weight bytes (8L int4
+// or 4L int8 inputs); int32 lane j of a block covers E = 8 (int4) or 4 (int8) consecutive
+// inputs. Blocks are grouped into segments over which every lane keeps one group: a whole group
+// when the group size is a multiple of the block (or one group per row), else (kPerBlock) a
+// single block whose lanes belong to B / G groups, scaled by a per-lane vector. At the end of a
+// segment the int32 sums (exact) are corrected, converted and added, scaled, to the f32 totals.
+// The modes are template parameters so that the hot loop has no run-time branches and its
+// accumulators stay in registers.
+template <class Tr, int R, int T, bool kInt4, bool kPerBlock, bool kAsym>
+void int_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  constexpr int64_t L = Tr::kLanes;
+  constexpr int64_t kBlockBytes = 4 * L;
+  constexpr int64_t E = kInt4 ? 8 : 4;
+  constexpr int64_t B = E * L;  // inputs per block
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t cols = w.cols, G = w.group_size, groups = cols / G;
+  const int64_t row_bytes = kInt4 ? cols / 2 : cols;
+  const int64_t nblocks = (cols + B - 1) / B, nfull = cols / B;
+
+  alignas(64) int32_t lane_group[L];  // lane -> group within a block (kPerBlock)
+  for (int64_t j = 0; j < L; ++j) lane_group[j] = kPerBlock ? int32_t(j * E / G) : 0;
+  const VI idx = Tr::load_i(lane_group);
+
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const int8_t* xs[T];
+  const int32_t* ns[T];
+  for (int t = 0; t < T; ++t) {
+    xs[t] = in.xq + (c.t0 + t) * in.ldxq;
+    ns[t] = kInt4 ? in.negsum + (c.t0 + t) * in.ldsum : nullptr;
+  }
+  V total[R][T];
+  zero_tile<Tr>(total);
+  VI acc[R][T], wsum[R], nsum[T];
+
+  const auto start = [&] {
+    for (int r = 0; r < R; ++r) {
+      if constexpr (!kInt4 && Tr::kVnni) wsum[r] = Tr::izero();
+      for (int t = 0; t < T; ++t) acc[r][t] = Tr::izero();
+    }
+    if constexpr (kInt4)
+      for (int t = 0; t < T; ++t) nsum[t] = Tr::izero();
+  };
+  const auto block = [&](int64_t b, auto load_w) {
+    const int64_t byte = b * kBlockBytes;
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes);
+    if constexpr (kInt4) {
+      for (int t = 0; t < T; ++t) nsum[t] = Tr::iadd(nsum[t], Tr::load_i(ns[t] + b * L));
+      for (int r = 0; r < R; ++r) {
+        const VI v = load_w(rows[r] + byte);
+        const VI lo = Tr::lo_nib(v), hi = Tr::hi_nib(v);
+        for (int t = 0; t < T; ++t) {
+          // Nibbles (<= 15) x int8 (|x| <= 127): pair sums fit int16 for the emulation.
+          const int8_t* xb = xs[t] + b * B;
+          acc[r][t] = Tr::dot_u8s8(acc[r][t], lo, Tr::load_block(xb));
+          acc[r][t] = Tr::dot_u8s8(acc[r][t], hi, Tr::load_block(xb + B / 2));
+        }
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const VI v = load_w(rows[r] + byte);
+        if constexpr (Tr::kVnni) {
+          // x is stored as x + 128 (unsigned): sum (x + 128) w = sum x w + 128 sum w.
+          wsum[r] = Tr::dot_u8s8(wsum[r], Tr::ones8(), v);
+          for (int t = 0; t < T; ++t)
+            acc[r][t] = Tr::dot_u8s8(acc[r][t], Tr::load_block(xs[t] + b * B), v);
+        } else {
+          // |w| (<= 128) x x * sign(w) (|.| <= 127): pair sums stay below 2^15.
+          const VI aw = Tr::abs8(v);
+          for (int t = 0; t < T; ++t)
+            acc[r][t] = Tr::dot_u8s8(acc[r][t], aw, Tr::sign8(Tr::load_block(xs[t] + b * B), v));
+        }
+      }
+    }
+  };
+  // Segment end: zero-point / offset corrections, then scale and add.
+  const auto finish = [&](int64_t g0) {
+    const int count = int(qmin(L, groups - g0));
+    for (int r = 0; r < R; ++r) {
+      V svec;
+      if constexpr (kPerBlock)
+        svec = Tr::permute(Tr::scales_window(rg[r], g0, count), idx);
+      else
+        svec = Tr::set1(rg[r].scale(g0));
+      VI zvec = Tr::iset1(8);
+      if constexpr (kAsym) {
+        if constexpr (kPerBlock)
+          zvec = Tr::permute_i(Tr::zeros_window(rg[r].zeros + g0, count), idx);
+        else
+          zvec = Tr::iset1(rg[r].zeros[g0]);
+      }
+      for (int t = 0; t < T; ++t) {
+        VI a = acc[r][t];
+        if constexpr (kInt4) {
+          if constexpr (kAsym)
+            a = Tr::iadd(a, Tr::mullo(nsum[t], zvec));
+          else
+            a = Tr::iadd(a, Tr::template slli<3>(nsum[t]));
+        } else if constexpr (Tr::kVnni) {
+          a = Tr::isub(a, Tr::template slli<7>(wsum[r]));
+        }
+        total[r][t] = Tr::fma(Tr::cvt(a), svec, total[r][t]);
+      }
+    }
+  };
+  const auto full = [](const uint8_t* p) { return Tr::load_block(p); };
+  const int tail_bytes = int(row_bytes - nfull * kBlockBytes);
+  const auto tail = [tail_bytes](const uint8_t* p) { return Tr::load_block_tail(p, tail_bytes); };
+
+  if constexpr (kPerBlock) {
+    const int64_t groups_per_block = B / G;
+    for (int64_t b = 0; b < nfull; ++b) {
+      start();
+      block(b, full);
+      finish(b * groups_per_block);
+    }
+    if (nfull < nblocks) {
+      start();
+      block(nfull, tail);
+      finish(nfull * groups_per_block);
+    }
+  } else {
+    const int64_t per_group = groups == 1 ? nblocks : G / B;
+    for (int64_t g = 0; g < groups; ++g) {
+      start();
+      const int64_t b1 = qmin(nfull, (g + 1) * per_group);
+      for (int64_t b = g * per_group; b < b1; ++b) block(b, full);
+      if (g == groups - 1 && nfull < nblocks) block(nfull, tail);
+      finish(g);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r)
+      y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]) * in.xscale[c.t0 + t];
+}
+
+template <class Tr, int R, int T, bool kInt4>
+void int_tile_modes(const QuantCtx& c, float* y) {
+  const WeightMatrix& w = *c.w;
+  constexpr int64_t B = (kInt4 ? 8 : 4) * Tr::kLanes;
+  const bool per_block = w.cols / w.group_size > 1 && w.group_size % B != 0;
+  if constexpr (kInt4) {
+    if (w.zero_points != nullptr)
+      return per_block ? int_tile<Tr, R, T, true, true, true>(c, y) : int_tile<Tr, R, T, true, false, true>(c, y);
+  }
+  if (per_block)
+    int_tile<Tr, R, T, kInt4, true, false>(c, y);
+  else
+    int_tile<Tr, R, T, kInt4, false, false>(c, y);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Row / token tiling, shared by all formats.
+
+template <class Tr, int R, int T>
+void run_kind(const QuantCtx& c, float* y) {
+  const WeightMatrix& w = *c.w;
+  const bool int4 = w.format == WeightFormat::Int4Group;
+  if (w.act_quant == ActivationQuant::Int8PerToken) {
+    if (int4)
+      int_tile_modes<Tr, R, T, true>(c, y);
+    else
+      int_tile_modes<Tr, R, T, false>(c, y);
+  } else if (int4) {
+    if constexpr (Tr::kLanes == 16) {
+      if (int4_word_layout(w, 16)) {
+        if (w.cols / w.group_size > 1 && w.group_size < 128)
+          return int4_f32_words_tile<Tr, R, T, true>(c, y);
+        return int4_f32_words_tile<Tr, R, T, false>(c, y);
+      }
+    }
+    int4_f32_tile<Tr, R, T>(c, y);
+  } else {
+    int8_f32_tile<Tr, R, T>(c, y);
+  }
+}
+
+template <class Tr, int R, int... Ts>
+void dispatch_q_tokens(int tokens, const QuantCtx& c, float* y, std::integer_sequence<int, Ts...>) {
+  (void)((tokens == Ts + 1 && (run_kind<Tr, R, Ts + 1>(c, y), true)) || ...);
+}
+template <class Tr, int MaxT, int... Rs>
+void dispatch_q(int rows, int tokens, const QuantCtx& c, float* y, std::integer_sequence<int, Rs...>) {
+  (void)((rows == Rs + 1 &&
+          (dispatch_q_tokens<Tr, Rs + 1>(tokens, c, y, std::make_integer_sequence<int, MaxT>{}), true)) ||
+         ...);
+}
+template <class Tr, int MaxR, int MaxT>
+void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
+  if (rows == MaxR && tokens == MaxT)
+    run_kind<Tr, MaxR, MaxT>(c, y);
+  else
+    dispatch_q<Tr, MaxT>(rows, tokens, c, y, std::make_integer_sequence<int, MaxR>{});
+}
+
+template <class Tr>
+void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+  if (in.n == 1) {
+    // Decode GEMV: 4 rows share every x load; each row is one prefetched sequential stream.
+    constexpr int R = 4;
+    for (int64_t r = r0; r < r1; r += R)
+      run_q_tile<Tr, R, 1>(int(qmin(R, r1 - r)), 1, QuantCtx{&w, &in, r, 0, true}, y);
+    return;
+  }
+  // Prefill GEMM: a chunk of rows is swept by every token block while it stays in L2, and each
+  // unpacked weight vector serves the tile's T tokens.
+  constexpr int R = Tr::kGemmRows, T = Tr::kGemmTokens;
+  for (int64_t rc = r0; rc < r1; rc += kQuantRowChunk) {
+    const int64_t rc_end = qmin(r1, rc + kQuantRowChunk);
+    for (int64_t t0 = 0; t0 < in.n; t0 += T) {
+      const int tokens = int(qmin(T, in.n - t0));
+      for (int64_t r = rc; r < rc_end; r += R)
+        run_q_tile<Tr, R, T>(int(qmin(R, rc_end - r)), tokens, QuantCtx{&w, &in, r, t0, t0 == 0}, y);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kimi::kernels

@@ -1,0 +1,116 @@
+#pragma once
+// Internal to src/kernels: the integer-weight matmul kernels (WeightFormat::Int4Group /
+// Int8Group, f32 or dynamic int8 activations) and their run-time selection. Like the float
+// kernels, each variant lives in a file compiled with its ISA flags (quant_scalar.cpp,
+// quant_avx2.cpp, quant_avxvnni.cpp, quant_avx512.cpp, quant_avx512vnni.cpp); matmul.cpp
+// validates, prepares the activations once per call (quant_activations.cpp) and splits rows.
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+
+namespace kimi::kernels {
+
+// The quantized-kernel variants: the float ISAs, plus VNNI (integer dot products) where present.
+enum class QuantIsa { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni };
+std::string_view quant_isa_name(QuantIsa isa);
+bool quant_isa_supported(QuantIsa isa);
+// The fastest variant within the float ISA `isa` (adds VNNI when the CPU has it).
+QuantIsa quant_isa_for(Isa isa);
+
+// The activations of one call, prepared once (quant_activations.cpp) in the layout the chosen
+// variant reads. Lanes L: 16 (AVX-512), 8 (AVX2), 0 (scalar: everything in natural order).
+struct QuantInput {
+  const float* x = nullptr;  // [n, cols] as given
+  int64_t n = 0, cols = 0;
+  // Int4Group x f32 (SIMD only): x split per chunk of 2L inputs into its L even then L odd
+  // elements (matching the low / high nibbles of L packed bytes), zero-padded; [n, ldxf].
+  // Where int4_word_layout() holds instead, per block of 128 inputs: for j = 0..7 the 16
+  // inputs 8l + j (l < 16), matching nibble j of the block's 16 packed words.
+  const float* xf = nullptr;
+  int64_t ldxf = 0;
+  // Int8PerToken: x quantised per token (quantize_activation_row). Int4Group (SIMD): per block
+  // of 8L inputs, the 4L even then the 4L odd elements; Int8Group: natural order, stored as
+  // q + 128 (unsigned) when the variant is VNNI. Zero-padded to a whole block; [n, ldxq].
+  const int8_t* xq = nullptr;
+  int64_t ldxq = 0;
+  const float* xscale = nullptr;  // [n]
+  // Int4Group x int8 (SIMD): -(sum of xq over inputs [8j, 8j + 8)), zero-padded; [n, ldsum].
+  const int32_t* negsum = nullptr;
+  int64_t ldsum = 0;
+};
+
+struct QuantKernelTable {
+  QuantIsa isa;
+  int lanes;  // f32 lanes of the variant's vectors; 0 for the scalar reference
+  bool vnni;
+  // y[t * w.rows + r] for t < in.n and r in [row_begin, row_end): one thread's share.
+  void (*matmul_rows)(const WeightMatrix& w, const QuantInput& in, float* y, int64_t row_begin,
+                      int64_t row_end);
+};
+
+extern const QuantKernelTable kQuantScalar;
+extern const QuantKernelTable kQuantAvx2;
+extern const QuantKernelTable kQuantAvx2Vnni;
+extern const QuantKernelTable kQuantAvx512;
+extern const QuantKernelTable kQuantAvx512Vnni;
+
+// The table for `isa`; throws kimi::Error if this CPU cannot run it.
+const QuantKernelTable& quant_kernels_for(QuantIsa isa);
+
+// Whether the SIMD kernels with `lanes` lanes handle this matrix's group layout. The integer
+// dot-product kernels need the groups to align with their blocks of 8L (int4) / 4L (int8)
+// inputs (a group size dividing or divisible by the block, or one group per row); other group
+// sizes (e.g. 96) run on the scalar reference.
+bool quant_simd_supports(const WeightMatrix& w, int lanes);
+
+
+// Whether int4 x f32 runs on whole packed words (the 16-lane variants, symmetric weights, groups
+// that tile blocks of 128 inputs: 32, 64, 128, multiples of 128, or one per row).
+inline bool int4_word_layout(const WeightMatrix& w, int lanes) {
+  const int64_t g = w.group_size;
+  return lanes == 16 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::None &&
+         w.zero_points == nullptr && (g == w.cols || 128 % g == 0 || g % 128 == 0);
+}
+
+// Owns the buffers a QuantInput points into.
+struct PreparedInput {
+  QuantInput in;
+  std::vector<float> xf, xscale;
+  std::vector<int8_t> xq;
+  std::vector<int32_t> negsum;
+};
+// Prepares x[n, w.cols] for table `k` (tokens in parallel on `pool`).
+void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatrix& w,
+                   const float* x, int64_t n, PreparedInput& out);
+
+// y = x . w^T for a validated integer-format w with rows and cols > 0, n > 0 (matmul()'s body
+// for those formats; tests call it with each variant). Falls back to the scalar reference where
+// quant_simd_supports() says the variant cannot follow the group layout.
+void quant_matmul(const QuantKernelTable& k, ThreadPool& pool, const WeightMatrix& w, const float* x,
+                  int64_t n, float* y);
+
+// Throws kimi::Error unless `w` is a valid matrix of any format (shapes, group size, dtypes).
+void validate_weight(const WeightMatrix& w, const char* what);
+
+// The f32 value of scale [row, group] of an integer-format matrix.
+inline float scale_at(const WeightMatrix& w, int64_t row, int64_t group) {
+  // memcpy: scales mapped from a file need not be aligned to their element size.
+  const int64_t i = row * (w.cols / w.group_size) + group;
+  const auto* p = static_cast<const std::byte*>(w.scales);
+  if (w.scale_dtype == DType::F32) {
+    float f;
+    std::memcpy(&f, p + i * 4, 4);
+    return f;
+  }
+  uint16_t b;
+  std::memcpy(&b, p + i * 2, 2);
+  return bf16_to_f32(b);
+}
+
+}  // namespace kimi::kernels

@@ -1,0 +1,73 @@
+#pragma once
+// Binds a checkpoint's tensors to the kernels' weight matrices, whatever way they are stored:
+// float (BF16/F16/F32), compressed-tensors int4/int8, or msModelSlim W8A8/W4A8 (see
+// format/quantization_config.h). Bytes that already have the kernels' layout are used in place
+// from the mapped file (the official INT4 experts, int8 weights, their scales); the rest
+// (msModelSlim's output-packed int4, unpacked zero points, weights quantized on load,
+// dequantized kv_b) is converted once into buffers the binder owns.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "format/checkpoint.h"
+#include "format/model_config.h"
+#include "format/quantization_config.h"
+#include "kernels/matmul.h"
+#include "model/quant_plan.h"
+
+namespace kimi {
+
+// What `--quantization` asked for.
+struct QuantizationRequest {
+  // None: load as stored. Otherwise float linears are quantized on load per linear_quant(), and
+  // stored integer weights keep their format but take the preset's activation mode (an INT4
+  // checkpoint loaded with w4a8 runs its experts with int8 activations).
+  QuantPreset preset = QuantPreset::None;
+  // "compressed-tensors" or "ascend": the checkpoint must be stored that way (vLLM's spelling).
+  std::string expect_method;
+
+  // Parses vLLM-style values: "" / "none", "compressed-tensors", "ascend", int4, w4a16, w4a8, w8a8.
+  static QuantizationRequest parse(const std::string& value);
+};
+
+// Buffers that outlive the binder: ModelWeights keeps them beside the matrices pointing into them.
+using OwnedWeightBuffers = std::vector<std::vector<uint8_t>>;
+
+class WeightBinder {
+ public:
+  WeightBinder(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& request);
+
+  // A linear layer's weight, `module` being its published name without ".weight". With
+  // need_float the result is always Dense (quantized storage is dequantized to F32).
+  WeightMatrix linear(const std::string& module, int64_t rows, int64_t cols, bool need_float = false);
+  // A float matrix stored as-is (embeddings, router).
+  WeightMatrix dense(const std::string& name, int64_t rows, int64_t cols);
+  // A float vector converted to f32 (norms, router bias).
+  std::vector<float> vector(const std::string& name, int64_t n);
+
+  // "bf16", "compressed-tensors int4 (group 32)", ... for the load summary.
+  std::string storage_summary() const;
+  size_t total_bytes() const { return total_bytes_; }
+  OwnedWeightBuffers take_buffers() { return std::move(owned_); }
+
+ private:
+  const TensorView& tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::optional<WeightMatrix> stored_compressed_tensors(const std::string& module, int64_t rows, int64_t cols);
+  std::optional<WeightMatrix> stored_modelslim(const std::string& module, int64_t rows, int64_t cols);
+  WeightMatrix quantize(const WeightMatrix& dense, const LinearQuant& target);
+  WeightMatrix dequantize(const WeightMatrix& w);
+  const void* scales_in_kernel_dtype(const TensorView& t, DType& dtype);
+  uint8_t* own(size_t bytes);
+
+  const Checkpoint& ckpt_;
+  QuantizationRequest request_;
+  std::optional<CompressedTensorsConfig> ct_;
+  std::optional<ModelSlimDescription> slim_;
+  OwnedWeightBuffers owned_;
+  size_t total_bytes_ = 0;
+  int64_t stored_int4_ = 0, stored_int8_ = 0, quantized_on_load_ = 0;
+};
+
+}  // namespace kimi

@@ -1,0 +1,335 @@
+// The integer-weight matmul kernels (Int4Group / Int8Group, f32 or dynamic int8 activations):
+// the scalar reference against a double-precision dequantise-then-multiply computed here from
+// the format definition, and every SIMD variant this CPU has against the scalar reference, on
+// random ragged shapes and group sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/rng.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/quant_kernels.h"
+#include "kernels/quantize.h"
+
+namespace kimi {
+namespace {
+
+using kernels::QuantIsa;
+
+struct QuantCase {
+  WeightFormat format;
+  ActivationQuant act;
+  DType scale_dtype;
+  bool asymmetric;
+  int64_t rows, cols, group;
+};
+
+std::string describe(const QuantCase& c, int64_t n) {
+  return std::string(c.format == WeightFormat::Int4Group ? "int4" : "int8") +
+         (c.asymmetric ? "-asym" : "") + (c.act == ActivationQuant::Int8PerToken ? " a8" : " f32") +
+         " scales " + std::string(dtype_name(c.scale_dtype)) + " [" + std::to_string(c.rows) + "x" +
+         std::to_string(c.cols) + "] g" + std::to_string(c.group) + " n=" + std::to_string(n);
+}
+
+// A random integer-format matrix and its values decoded independently of the kernels.
+struct QuantWeights {
+  QuantCase c;
+  std::vector<uint8_t> data, zeros;
+  std::vector<uint8_t> scales;   // raw BF16 or F32
+  std::vector<double> values;    // [rows, cols]
+
+  WeightMatrix matrix() const {
+    WeightMatrix w;
+    w.format = c.format;
+    w.act_quant = c.act;
+    w.data = data.data();
+    w.rows = c.rows;
+    w.cols = c.cols;
+    w.scales = scales.data();
+    w.scale_dtype = c.scale_dtype;
+    w.group_size = c.group;
+    w.zero_points = c.asymmetric ? zeros.data() : nullptr;
+    return w;
+  }
+};
+
+QuantWeights make_quant(const QuantCase& c, Rng& rng) {
+  QuantWeights q{c, {}, {}, {}, {}};
+  const bool int4 = c.format == WeightFormat::Int4Group;
+  const int64_t groups = c.cols / c.group;
+  q.data.resize(size_t(int4 ? c.rows * c.cols / 2 : c.rows * c.cols));
+  for (auto& b : q.data) b = uint8_t(rng.next_u64());
+  q.zeros.resize(size_t(c.rows * groups));
+  for (auto& z : q.zeros) z = uint8_t(rng.next_u64() % 16);
+  q.scales.resize(size_t(c.rows * groups) * dtype_size(c.scale_dtype));
+  std::vector<double> scale(size_t(c.rows * groups));
+  for (size_t i = 0; i < scale.size(); ++i) {
+    const float s = float(0.002 + 0.05 * rng.uniform());
+    if (c.scale_dtype == DType::BF16) {
+      const uint16_t b = f32_to_bf16(s);
+      std::memcpy(&q.scales[i * 2], &b, 2);
+      scale[i] = bf16_to_f32(b);
+    } else {
+      std::memcpy(&q.scales[i * 4], &s, 4);
+      scale[i] = s;
+    }
+  }
+  q.values.resize(size_t(c.rows * c.cols));
+  for (int64_t r = 0; r < c.rows; ++r)
+    for (int64_t i = 0; i < c.cols; ++i) {
+      const size_t g = size_t(r * groups + i / c.group);
+      int v;
+      if (int4) {
+        // Word i / 8 of the row, bits 4 * (i % 8), little-endian: the compressed-tensors packing.
+        uint32_t word;
+        std::memcpy(&word, &q.data[size_t(r * c.cols / 2 + (i / 8) * 4)], 4);
+        v = int((word >> (4 * (i % 8))) & 0xF) - (c.asymmetric ? q.zeros[g] : 8);
+      } else {
+        v = int(int8_t(q.data[size_t(r * c.cols + i)]));
+      }
+      q.values[size_t(r * c.cols + i)] = v * scale[g];
+    }
+  return q;
+}
+
+std::vector<float> random_x(int64_t count, Rng& rng) {
+  std::vector<float> x(static_cast<size_t>(count));
+  for (auto& v : x) v = float(rng.normal());
+  return x;
+}
+
+// Double-precision reference: dequantise, then multiply. With int8 activations, x is first
+// quantised here per token from the documented rule (scale = max|x| / 127, round half even).
+std::vector<double> reference(const QuantWeights& q, const std::vector<float>& x, int64_t n,
+                              std::vector<double>& magnitude) {
+  const QuantCase& c = q.c;
+  std::vector<double> y(size_t(n * c.rows)), xd(size_t(c.cols));
+  magnitude.assign(y.size(), 0.0);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x.data() + t * c.cols;
+    double xs = 1.0;
+    if (c.act == ActivationQuant::Int8PerToken) {
+      float absmax = 0.0f;
+      for (int64_t i = 0; i < c.cols; ++i) absmax = std::max(absmax, std::fabs(xt[i]));
+      const float scale = absmax / 127.0f, inv = 1.0f / scale;
+      for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = std::nearbyint(xt[i] * inv);
+      xs = scale;
+    } else {
+      for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = xt[i];
+    }
+    for (int64_t r = 0; r < c.rows; ++r) {
+      double acc = 0, mag = 0;
+      for (int64_t i = 0; i < c.cols; ++i) {
+        const double term = q.values[size_t(r * c.cols + i)] * xd[size_t(i)];
+        acc += term;
+        mag += std::abs(term);
+      }
+      y[size_t(t * c.rows + r)] = acc * xs;
+      magnitude[size_t(t * c.rows + r)] = mag * xs;
+    }
+  }
+  return y;
+}
+
+// Runs one variant through kernels::quant_matmul, with guard values around y.
+std::vector<float> run_variant(ThreadPool& pool, QuantIsa isa, const QuantWeights& q,
+                               const std::vector<float>& x, int64_t n) {
+  constexpr size_t kGuard = 16;
+  constexpr float kGuardValue = 12345.0f;
+  std::vector<float> y(size_t(n * q.c.rows) + 2 * kGuard, kGuardValue);
+  kernels::quant_matmul(kernels::quant_kernels_for(isa), pool, q.matrix(), x.data(), n,
+                        y.data() + kGuard);
+  for (size_t i = 0; i < kGuard; ++i) {
+    EXPECT_EQ(y[i], kGuardValue) << "write before y";
+    EXPECT_EQ(y[y.size() - 1 - i], kGuardValue) << "write past y";
+  }
+  return std::vector<float>(y.begin() + kGuard, y.end() - kGuard);
+}
+
+// Random cases: every format x activation x scale dtype, group sizes 32..128, 96 (a size the
+// integer SIMD blocks cannot follow: scalar fallback) and per-channel, ragged row / column tails.
+std::vector<QuantCase> random_cases(Rng& rng, int per_combo) {
+  std::vector<QuantCase> cases;
+  for (WeightFormat f : {WeightFormat::Int4Group, WeightFormat::Int8Group})
+    for (bool asym : {false, true}) {
+      if (asym && f == WeightFormat::Int8Group) continue;
+      for (ActivationQuant a : {ActivationQuant::None, ActivationQuant::Int8PerToken})
+        for (DType sd : {DType::BF16, DType::F32})
+          for (int i = 0; i < per_combo; ++i) {
+            const int64_t rows = 1 + int64_t(rng.next_u64() % 37);
+            int64_t group, cols;
+            const int kind = int(rng.next_u64() % 5);
+            if (kind < 4) {
+              const int64_t groups[] = {32, 64, 128, 96};
+              group = groups[kind];
+              cols = group * (1 + int64_t(rng.next_u64() % 5));
+            } else {  // per channel: any multiple of 8 (int4) or any size (int8)
+              cols = f == WeightFormat::Int4Group ? 8 * (1 + int64_t(rng.next_u64() % 40))
+                                                  : 1 + int64_t(rng.next_u64() % 300);
+              group = cols;
+            }
+            cases.push_back({f, a, sd, asym, rows, cols, group});
+          }
+    }
+  return cases;
+}
+
+constexpr int64_t kTokenCounts[] = {1, 2, 3, 4, 5, 7, 13};
+
+TEST(QuantKernels, ScalarMatchesDoubleReference) {
+  ThreadPool pool(3);
+  Rng rng(7);
+  for (const QuantCase& c : random_cases(rng, 6)) {
+    const QuantWeights q = make_quant(c, rng);
+    const int64_t n = kTokenCounts[rng.next_u64() % 7];
+    const std::vector<float> x = random_x(n * c.cols, rng);
+    std::vector<double> mag;
+    const std::vector<double> want = reference(q, x, n, mag);
+    const std::vector<float> got = run_variant(pool, QuantIsa::Scalar, q, x, n);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-6 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+  }
+}
+
+class QuantKernelsIsa : public ::testing::TestWithParam<QuantIsa> {
+ protected:
+  void SetUp() override {
+    if (!kernels::quant_isa_supported(GetParam()))
+      GTEST_SKIP() << "this CPU lacks " << kernels::quant_isa_name(GetParam());
+  }
+};
+
+TEST_P(QuantKernelsIsa, MatchesScalarOnRaggedShapes) {
+  ThreadPool pool(3);
+  Rng rng(11);
+  for (const QuantCase& c : random_cases(rng, 8)) {
+    const QuantWeights q = make_quant(c, rng);
+    for (int64_t n : {int64_t(1), kTokenCounts[1 + rng.next_u64() % 6]}) {
+      const std::vector<float> x = random_x(n * c.cols, rng);
+      std::vector<double> mag;
+      const std::vector<double> want = reference(q, x, n, mag);
+      const std::vector<float> scalar = run_variant(pool, QuantIsa::Scalar, q, x, n);
+      const std::vector<float> got = run_variant(pool, GetParam(), q, x, n);
+      for (size_t i = 0; i < want.size(); ++i) {
+        // Within float rounding of the scalar path (and so of the exact result).
+        ASSERT_NEAR(got[i], scalar[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+      }
+    }
+  }
+}
+
+// The Kimi expert shapes (group 32, BF16 scales) at full width, decode and a prefill batch.
+TEST_P(QuantKernelsIsa, KimiExpertShape) {
+  ThreadPool pool(2);
+  Rng rng(3);
+  for (ActivationQuant a : {ActivationQuant::None, ActivationQuant::Int8PerToken}) {
+    const QuantCase c{WeightFormat::Int4Group, a, DType::BF16, false, 70, 7168, 32};
+    const QuantWeights q = make_quant(c, rng);
+    for (int64_t n : {1, 20}) {
+      const std::vector<float> x = random_x(n * c.cols, rng);
+      std::vector<double> mag;
+      const std::vector<double> want = reference(q, x, n, mag);
+      const std::vector<float> got = run_variant(pool, GetParam(), q, x, n);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,
+                         ::testing::Values(QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512,
+                                           QuantIsa::Avx512Vnni),
+                         [](const ::testing::TestParamInfo<QuantIsa>& p) {
+                           std::string s(kernels::quant_isa_name(p.param));
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// The public entry point: every float ISA (each picks its VNNI variant where present), split
+// over threads, equals the reference; a row slice computes exactly those rows.
+TEST(QuantKernels, PublicMatmulAndRowSlice) {
+  ThreadPool pool(4);
+  Rng rng(5);
+  const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::BF16, true, 203, 256, 32};
+  const QuantWeights q = make_quant(c, rng);
+  const int64_t n = 3;
+  const std::vector<float> x = random_x(n * c.cols, rng);
+  std::vector<double> mag;
+  const std::vector<double> want = reference(q, x, n, mag);
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> y(size_t(n * c.rows));
+    matmul(pool, q.matrix(), x.data(), n, y.data(), isa);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-5 * mag[i] + 1e-6) << isa_name(isa);
+  }
+  const WeightMatrix slice = q.matrix().row_slice(101, 50);
+  std::vector<float> ys(size_t(n * 50));
+  matmul(pool, slice, x.data(), n, ys.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < 50; ++r) {
+      const size_t i = size_t(t * c.rows + 101 + r);
+      ASSERT_NEAR(ys[size_t(t * 50 + r)], want[i], 1e-5 * mag[i] + 1e-6);
+    }
+  EXPECT_EQ(q.matrix().bytes(), size_t(203 * 256 / 2 + 203 * 8 * 2 + 203 * 8));
+  EXPECT_EQ(slice.bytes(), size_t(50 * 256 / 2 + 50 * 8 * 2 + 50 * 8));
+}
+
+TEST(QuantKernels, ZeroAndNonFiniteActivations) {
+  ThreadPool pool(2);
+  Rng rng(9);
+  for (QuantIsa isa : {QuantIsa::Scalar, kernels::quant_isa_for(best_isa())}) {
+    const QuantCase c{WeightFormat::Int8Group, ActivationQuant::Int8PerToken, DType::F32, false, 9, 64, 64};
+    const QuantWeights q = make_quant(c, rng);
+    std::vector<float> x(size_t(2 * c.cols), 0.0f);
+    x[size_t(c.cols + 5)] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> y = run_variant(pool, isa, q, x, 2);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      EXPECT_EQ(y[size_t(r)], 0.0f) << "an all-zero token gives 0";
+      EXPECT_TRUE(std::isnan(y[size_t(c.rows + r)])) << "a NaN in x gives NaN";
+    }
+  }
+}
+
+TEST(QuantKernels, RejectsInvalidMatrices) {
+  ThreadPool pool(1);
+  std::vector<uint8_t> data(64 * 64);
+  std::vector<uint16_t> scales(64 * 2);
+  std::vector<float> x(64), y(64);
+  WeightMatrix w;
+  w.format = WeightFormat::Int4Group;
+  w.data = data.data();
+  w.rows = 4;
+  w.cols = 64;
+  w.scales = scales.data();
+  w.group_size = 32;
+  matmul(pool, w, x.data(), 1, y.data());  // valid
+  WeightMatrix bad = w;
+  bad.group_size = 48;  // does not divide 64
+  EXPECT_THROW(matmul(pool, bad, x.data(), 1, y.data()), Error);
+  bad = w;
+  bad.scales = nullptr;
+  EXPECT_THROW(matmul(pool, bad, x.data(), 1, y.data()), Error);
+  bad = w;
+  bad.cols = 36;
+  bad.group_size = 36;  // per-channel, but not a multiple of 8 for int4
+  EXPECT_THROW(matmul(pool, bad, x.data(), 1, y.data()), Error);
+  bad = w;
+  bad.scale_dtype = DType::F16;
+  EXPECT_THROW(matmul(pool, bad, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul_untransposed(w, x.data(), 1, y.data()), Error);
+  EXPECT_THROW((void)w.row_slice(2, 3), Error);
+}
+
+}  // namespace
+}  // namespace kimi
