@@ -66,7 +66,8 @@ int run_throughput(int argc, char** argv) {
         "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
         "                             [--quantization int4|w4a16|w4a8|w8a8]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
-        "(--max-num-seqs) and prints output tokens/s and the speed-up over the first level.\n");
+        "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
+        "compute per second against the matmul peak measured in the same run.\n");
     return 0;
   }
   ModelOptions mo;

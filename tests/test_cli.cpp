@@ -89,6 +89,28 @@ TEST(Cli, BenchLatencyReportsRooflineFractions) {
   EXPECT_NE(r.out.find("of roofline"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchLatencyComparesQuantizationsInOneRun) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(run("make-model " + dir).status, 0);
+  const CmdResult r =
+      run("bench latency --model " + dir + " --input-len 8 --output-len 4 --num-iters 1 --quantization none,int4,w8a8");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* row : {"\nfloat ", "\nint4 ", "\nw8a8 "}) EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
+  EXPECT_NE(r.out.find("linears quantized on load (int4)"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(run("make-model " + dir).status, 0);
+  const CmdResult r = run("bench throughput --model " + dir + " --concurrency 1,4 --input-len 8 --output-len 4");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("matmul peak measured in the same run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of peak"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1.00x"), std::string::npos) << r.out;
+}
+
 TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
   test::TempDir d;
   CmdResult r = run("generate --model " + (d.path() / "missing").string() + " --prompt-ids 1");

@@ -1,7 +1,8 @@
 #pragma once
 // `kimi bench throughput`: offline generation through the serving engine (no HTTP), as vLLM's
 // `bench throughput`, swept over concurrency levels so that the gain from batching shows as a
-// ratio measured in the same run.
+// ratio measured in the same run, with the compute done per second against the matmul kernel's
+// peak measured in the same run (batching moves decode from the memory roofline towards it).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ struct ThroughputOptions {
   int64_t prompts_per_level = 0;  // 0: 2 x concurrency (at least 4)
   int64_t max_num_batched_tokens = 2048;
   uint64_t seed = 0;
+  bool measure_limits = true;  // measure the matmul peak after the levels
 };
 
 struct ThroughputLevel {
@@ -24,6 +26,8 @@ struct ThroughputLevel {
   double seconds = 0;
   int64_t prompt_tokens = 0, output_tokens = 0;
   double output_tokens_per_s = 0, total_tokens_per_s = 0, requests_per_s = 0;
+  double flops_per_s = 0;        // 2 x active parameters x (prompt + output tokens) / seconds
+  double matmul_peak_flops = 0;  // the same for every level; 0 when not measured
 };
 
 std::vector<ThroughputLevel> run_throughput_bench(Model& model, const ThroughputOptions& options);
