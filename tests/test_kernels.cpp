@@ -16,6 +16,7 @@
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/quantize.h"
 #include "kernels/vec_ops.h"
 
 namespace kimi {
@@ -344,6 +345,68 @@ TEST_P(KernelsIsa, DotAxpySum) {
                    "axpy n=" + std::to_string(n));
     }
     ASSERT_EQ(y.back(), 99.0f) << "axpy wrote past the end";
+  }
+}
+
+// matmul_batch gives each job exactly what matmul gives it alone: dense, int4 (f32 and int8
+// activations) and int8 jobs of ragged shapes mixed in one batch, with empty jobs among them.
+TEST_P(KernelsIsa, MatmulBatchEqualsSeparateProducts) {
+  ThreadPool pool(3);
+  Rng rng(21);
+  struct Owned {
+    TestWeights dense;
+    std::vector<float> f32;
+    std::vector<uint8_t> packed;
+    std::vector<uint16_t> scales4;
+    std::vector<int8_t> q8;
+    std::vector<float> scales8;
+  };
+  std::vector<Owned> owned(9);
+  std::vector<MatmulJob> jobs;
+  std::vector<std::vector<float>> xs, batch_y, alone_y;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    Owned& o = owned[i];
+    const int64_t rows = i == 4 ? 0 : 1 + int64_t(rng.next_u64() % 37), cols = 64 * (1 + int64_t(rng.next_u64() % 3));
+    const int64_t n = i == 6 ? 0 : 1 + int64_t(rng.next_u64() % 5);
+    WeightMatrix w;
+    if (i % 3 == 0) {
+      o.dense = make_weights(kWeightDTypes[i / 3 % 3], rows, cols, rng);
+      w = o.dense.matrix();
+    } else {
+      o.f32 = random_floats(size_t(rows * cols), rng);
+      w.rows = rows;
+      w.cols = cols;
+      if (i % 3 == 1) {
+        o.packed.resize(size_t(rows * cols / 2));
+        o.scales4.resize(size_t(rows * cols / 32));
+        quantize_int4_symmetric(o.f32.data(), rows, cols, 32, o.packed.data(), o.scales4.data());
+        w.format = WeightFormat::Int4Group;
+        w.data = o.packed.data();
+        w.scales = o.scales4.data();
+        w.group_size = 32;
+        w.act_quant = i % 2 ? ActivationQuant::None : ActivationQuant::Int8PerToken;
+      } else {
+        o.q8.resize(size_t(rows * cols));
+        o.scales8.resize(size_t(rows));
+        quantize_int8_symmetric(o.f32.data(), rows, cols, cols, o.q8.data(), o.scales8.data());
+        w.format = WeightFormat::Int8Group;
+        w.data = o.q8.data();
+        w.scales = o.scales8.data();
+        w.scale_dtype = DType::F32;
+        w.group_size = cols;
+        w.act_quant = ActivationQuant::Int8PerToken;
+      }
+    }
+    xs.push_back(random_floats(size_t(std::max<int64_t>(1, n * cols)), rng));
+    batch_y.emplace_back(size_t(std::max<int64_t>(1, n * rows)), -7.0f);
+    alone_y.emplace_back(size_t(std::max<int64_t>(1, n * rows)), -7.0f);
+    jobs.push_back({w, xs.back().data(), n, nullptr});
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) jobs[i].y = batch_y[i].data();
+  matmul_batch(pool, jobs, isa());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    matmul(pool, jobs[i].w, jobs[i].x, jobs[i].n, alone_y[i].data(), isa());
+    ASSERT_EQ(batch_y[i], alone_y[i]) << "job " << i;
   }
 }
 

@@ -45,6 +45,9 @@ ThreadPool::~ThreadPool() {
     stop_ = true;
   }
   cv_start_.notify_all();  // spinning workers see stop_ themselves
+  // Join here, while mu_ and the condition variables still exist: a worker finishing its last job
+  // may still notify cv_done_ after the caller saw the job done.
+  workers_.clear();
   // jthread joins on destruction.
 }
 

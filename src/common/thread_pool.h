@@ -42,7 +42,7 @@ class ThreadPool {
   void worker_loop();
   void work_on_current_job();
 
-  std::vector<std::jthread> workers_;
+  std::vector<std::jthread> workers_;  // joined first thing in the destructor
   // The sleeping side of the hand-offs. A thread announces that it sleeps (sleepers_ /
   // caller_sleeps_) before it checks the condition under mu_; the other side changes the
   // condition before it reads the announcement (both sequentially consistent), so at least one

@@ -76,6 +76,14 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
 }  // namespace
 
 CompressedTensorsConfig CompressedTensorsConfig::parse(const json& qc, const std::string& source) {
+  try {
+    return parse_checked(qc, source);
+  } catch (const json::exception& e) {  // a field of the wrong JSON type
+    throw Error(source + ": quantization_config: " + e.what());
+  }
+}
+
+CompressedTensorsConfig CompressedTensorsConfig::parse_checked(const json& qc, const std::string& source) {
   const std::string where = source + ": quantization_config";
   if (!qc.is_object()) throw Error(where + " is not an object");
   const std::string method = qc.value("quant_method", "");

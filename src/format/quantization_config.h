@@ -43,6 +43,7 @@ class CompressedTensorsConfig {
   static nlohmann::json kimi_k25_int4_json();
 
  private:
+  static CompressedTensorsConfig parse_checked(const nlohmann::json& qc, const std::string& source);
   struct Group {
     CompressedTensorsScheme scheme;
     bool any_linear = false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/kernels_impl.h"
@@ -27,22 +28,63 @@ constexpr int64_t kMinMacsPerChunk = int64_t(1) << 16;
 // kernel row-tile boundary (ragged rows only at the very end).
 constexpr int64_t kRowBlock = 4;
 
+// One job's share of a batch: its row blocks are [first_block, first_block + blocks) of the
+// batch's; integer formats carry their prepared activations and kernel variant.
+struct BatchPart {
+  const MatmulJob* job;
+  int64_t first_block, blocks;
+  const kernels::QuantKernelTable* quant = nullptr;
+  kernels::PreparedInput prepared;
+};
+
+void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::span<const MatmulJob> jobs) {
+  std::vector<BatchPart> parts;
+  parts.reserve(jobs.size());
+  int64_t total_blocks = 0, total_macs = 0;
+  for (const MatmulJob& j : jobs) {
+    kernels::validate_weight(j.w, "matmul");
+    if (j.n <= 0 || j.w.rows == 0) continue;
+    if (j.w.cols == 0) {
+      std::fill(j.y, j.y + j.n * j.w.rows, 0.0f);
+      continue;
+    }
+    BatchPart& p = parts.emplace_back();
+    p.job = &j;
+    p.first_block = total_blocks;
+    p.blocks = (j.w.rows + kRowBlock - 1) / kRowBlock;
+    if (j.w.format != WeightFormat::Dense) {
+      const kernels::QuantKernelTable& t = kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
+      p.quant = kernels::quant_simd_supports(j.w, t.lanes) ? &t : &kernels::kQuantScalar;
+      kernels::prepare_input(pool, *p.quant, j.w, j.x, j.n, p.prepared);
+    }
+    total_blocks += p.blocks;
+    total_macs += j.w.rows * j.w.cols * j.n;
+  }
+  if (parts.empty()) return;
+  const int64_t macs_per_block = std::max<int64_t>(1, total_macs / total_blocks);
+  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
+  pool.parallel_for(total_blocks, grain, [&](int64_t b, int64_t e) {
+    // The part holding block b, then on through the parts the chunk spans.
+    auto it = std::upper_bound(parts.begin(), parts.end(), b,
+                               [](int64_t v, const BatchPart& p) { return v < p.first_block; });
+    for (--it; b < e; ++it) {
+      const BatchPart& p = *it;
+      const MatmulJob& j = *p.job;
+      const int64_t end = std::min(e, p.first_block + p.blocks);
+      const int64_t r0 = (b - p.first_block) * kRowBlock, r1 = std::min(j.w.rows, (end - p.first_block) * kRowBlock);
+      if (p.quant)
+        p.quant->matmul_rows(j.w, p.prepared.in, j.y, r0, r1);
+      else
+        k.matmul_rows(j.w, j.x, j.n, j.y, r0, r1);
+      b = end;
+    }
+  });
+}
+
 void matmul_with(const kernels::KernelTable& k, ThreadPool& pool, const WeightMatrix& w,
                  const float* x, int64_t n, float* y) {
-  kernels::validate_weight(w, "matmul");
-  if (n <= 0 || w.rows == 0) return;
-  if (w.cols == 0) {
-    std::fill(y, y + n * w.rows, 0.0f);
-    return;
-  }
-  if (w.format != WeightFormat::Dense)
-    return kernels::quant_matmul(kernels::quant_kernels_for(kernels::quant_isa_for(k.isa)), pool, w, x, n, y);
-  const int64_t blocks = (w.rows + kRowBlock - 1) / kRowBlock;
-  const int64_t macs_per_block = std::max<int64_t>(1, kRowBlock * w.cols * n);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
-  pool.parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
-    k.matmul_rows(w, x, n, y, b * kRowBlock, std::min(w.rows, e * kRowBlock));
-  });
+  const MatmulJob job{w, x, n, y};
+  matmul_batch_with(k, pool, {&job, 1});
 }
 
 void convert_with(const kernels::KernelTable& k, DType src_dtype, const void* src, float* dst,
@@ -97,6 +139,14 @@ size_t WeightMatrix::bytes() const {
   const size_t scale_count = group_size > 0 ? size_t(rows) * size_t(cols / group_size) : 0;
   const size_t data_bytes = format == WeightFormat::Int4Group ? elems / 2 : elems;
   return data_bytes + scale_count * dtype_size(scale_dtype) + (zero_points ? scale_count : 0);
+}
+
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {
+  matmul_batch_with(kernels::best_kernels(), pool, jobs);
+}
+
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs, Isa isa) {
+  matmul_batch_with(kernels::kernels_for(isa), pool, jobs);
 }
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n, float* y) {

@@ -3,6 +3,7 @@
 // used in place from the mapped file). These are the hot loops of the forward pass: decode is
 // a GEMV bound by how fast the weights stream from memory, prefill a GEMM over many tokens.
 #include <cstdint>
+#include <span>
 
 #include "common/dtype.h"
 #include "common/thread_pool.h"
@@ -60,6 +61,21 @@ struct WeightMatrix {
 // the pool's threads by output rows; all ISAs give results within float rounding of each other.
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n, float* y);
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n, float* y, Isa isa);
+
+// One product of a batch: y[n, w.rows] = x[n, w.cols] . w^T.
+struct MatmulJob {
+  WeightMatrix w;
+  const float* x = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+};
+
+// Several independent products in one parallel_for: their rows share the threads, so many small
+// products (a decode step's selected experts, gate and up of one MLP) cost one dispatch and one
+// wait instead of one each, and a thread that finishes one product's rows takes the next's.
+// Results are those of matmul() for each job.
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs);
+void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs, Isa isa);
 
 // y[n, w.cols] = x[n, w.rows] . w  (the untransposed product; the absorbed MLA attention uses it
 // to fold kv_b_proj's key half into the query). Single-threaded: callers parallelise over heads.

@@ -66,37 +66,34 @@ bool quant_simd_supports(const WeightMatrix& w, int lanes) {
 }
 
 void validate_weight(const WeightMatrix& w, const char* what) {
-  const std::string where(what);
-  std::string shape = "[";  // built by appending: GCC 12 warns falsely on "[" + std::string&&
-  shape += std::to_string(w.rows) + ", " + std::to_string(w.cols) + "]";
-  if (w.rows < 0 || w.cols < 0 || (w.data == nullptr && w.rows * w.cols > 0))
-    throw Error(where + ": invalid weight matrix " + shape);
+  // Called for every product: the messages are built only when one is thrown.
+  const auto fail = [&](const std::string& why) {
+    std::string shape = "[";  // built by appending: GCC 12 warns falsely on "[" + std::string&&
+    shape += std::to_string(w.rows) + ", " + std::to_string(w.cols) + "]";
+    throw Error(std::string(what) + ": " + shape + " " + why);
+  };
+  if (w.rows < 0 || w.cols < 0 || (w.data == nullptr && w.rows * w.cols > 0)) fail("is an invalid weight matrix");
   switch (w.format) {
     case WeightFormat::Dense:
       if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
-        throw Error(where + ": unsupported weight dtype " + std::string(dtype_name(w.dtype)) +
-                    " (expected F32, F16 or BF16)");
+        fail("has unsupported weight dtype " + std::string(dtype_name(w.dtype)) + " (expected F32, F16 or BF16)");
       return;
     case WeightFormat::Int4Group:
     case WeightFormat::Int8Group: break;
-    default: throw Error(where + ": unknown weight format");
+    default: fail("has an unknown weight format");
   }
   if (w.act_quant != ActivationQuant::None && w.act_quant != ActivationQuant::Int8PerToken)
-    throw Error(where + ": unknown activation quantization");
+    fail("has an unknown activation quantization");
   if (w.rows * w.cols == 0) return;
   const bool int4 = w.format == WeightFormat::Int4Group;
-  if (w.scales == nullptr) throw Error(where + ": quantized weight matrix " + shape + " has no scales");
+  if (w.scales == nullptr) fail("is quantized but has no scales");
   if (w.scale_dtype != DType::BF16 && w.scale_dtype != DType::F32)
-    throw Error(where + ": unsupported scale dtype " + std::string(dtype_name(w.scale_dtype)) +
-                " (expected BF16 or F32)");
-  if (w.group_size <= 0 || w.cols % w.group_size != 0 ||
-      (w.group_size != w.cols && w.group_size % 32 != 0))
-    throw Error(where + ": group size " + std::to_string(w.group_size) + " of " + shape +
-                " must divide the input size and be a multiple of 32 (or equal it)");
-  if (int4 && w.cols % 8 != 0)
-    throw Error(where + ": int4 matrix " + shape + " needs an input size that is a multiple of 8");
-  if (!int4 && w.zero_points != nullptr)
-    throw Error(where + ": int8 weights are symmetric; zero points are not supported");
+    fail("has unsupported scale dtype " + std::string(dtype_name(w.scale_dtype)) + " (expected BF16 or F32)");
+  if (w.group_size <= 0 || w.cols % w.group_size != 0 || (w.group_size != w.cols && w.group_size % 32 != 0))
+    fail("has group size " + std::to_string(w.group_size) +
+         ", which must divide the input size and be a multiple of 32 (or equal it)");
+  if (int4 && w.cols % 8 != 0) fail("is int4 and needs an input size that is a multiple of 8");
+  if (!int4 && w.zero_points != nullptr) fail("is int8, which is symmetric; zero points are not supported");
 }
 
 namespace {

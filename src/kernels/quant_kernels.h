@@ -89,9 +89,10 @@ struct PreparedInput {
 void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatrix& w,
                    const float* x, int64_t n, PreparedInput& out);
 
-// y = x . w^T for a validated integer-format w with rows and cols > 0, n > 0 (matmul()'s body
-// for those formats; tests call it with each variant). Falls back to the scalar reference where
-// quant_simd_supports() says the variant cannot follow the group layout.
+// y = x . w^T for a validated integer-format w with rows and cols > 0, n > 0, on variant `k`
+// (what matmul() does for those formats with the CPU's best variant; tests call it with each).
+// Falls back to the scalar reference where quant_simd_supports() says the variant cannot follow
+// the group layout.
 void quant_matmul(const QuantKernelTable& k, ThreadPool& pool, const WeightMatrix& w, const float* x,
                   int64_t n, float* y);
 

@@ -84,14 +84,19 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
       for (int64_t j = 0; j <= pos; ++j) axpy_f32(o, scores[size_t(j)], cache.row(layer, j), d.lora);
     }
   });
-  // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per key.
-  std::vector<float> oh(static_cast<size_t>(s.n_tokens * d.v));
-  for (int64_t h = 0; h < d.H; ++h) {
-    matmul(pool, w.kv_b.row_slice(h * d.kvb_head + d.nope, d.v), &o_lat[size_t(h * s.n_tokens * d.lora)], s.n_tokens,
-           oh.data());
+  // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per
+  // key; all heads' products in one batch (one thread dispatch, not one per head).
+  std::vector<float> oh(static_cast<size_t>(d.H * s.n_tokens * d.v));
+  std::vector<MatmulJob> jobs;
+  jobs.reserve(size_t(d.H));
+  for (int64_t h = 0; h < d.H; ++h)
+    jobs.push_back({w.kv_b.row_slice(h * d.kvb_head + d.nope, d.v), &o_lat[size_t(h * s.n_tokens * d.lora)],
+                    s.n_tokens, &oh[size_t(h * s.n_tokens * d.v)]});
+  matmul_batch(pool, jobs);
+  for (int64_t h = 0; h < d.H; ++h)
     for (int64_t t = 0; t < s.n_tokens; ++t)
-      std::memcpy(attn_out + ((s.first_row + t) * d.H + h) * d.v, &oh[size_t(t * d.v)], size_t(d.v) * 4);
-  }
+      std::memcpy(attn_out + ((s.first_row + t) * d.H + h) * d.v, &oh[size_t((h * s.n_tokens + t) * d.v)],
+                  size_t(d.v) * 4);
 }
 
 }  // namespace
@@ -102,20 +107,21 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
   const Dims d(c);
   const float eps = float(c.rms_norm_eps);
 
-  // Queries: [n_rows, H, nope | rope].
+  // Queries [n_rows, H, nope | rope], and this step's cache rows (normalised latent, then the
+  // rotated rope key); the two down-projections of x_norm run as one batch.
   std::vector<float> q(static_cast<size_t>(n_rows * d.H * d.qk));
+  std::vector<float> kv(static_cast<size_t>(n_rows * (d.lora + d.rope)));
   if (c.q_lora_rank > 0) {
     std::vector<float> qa(static_cast<size_t>(n_rows * c.q_lora_rank));
-    matmul(pool, w.q_a, x_norm, n_rows, qa.data());
+    const MatmulJob down[] = {{w.q_a, x_norm, n_rows, qa.data()}, {w.kv_a, x_norm, n_rows, kv.data()}};
+    matmul_batch(pool, down);
     rms_norm(qa.data(), n_rows, c.q_lora_rank, c.q_lora_rank, w.q_a_norm.data(), eps);
     matmul(pool, w.q_b, qa.data(), n_rows, q.data());
   } else {
-    matmul(pool, w.q_proj, x_norm, n_rows, q.data());
+    const MatmulJob proj[] = {{w.q_proj, x_norm, n_rows, q.data()}, {w.kv_a, x_norm, n_rows, kv.data()}};
+    matmul_batch(pool, proj);
   }
 
-  // This step's cache rows: normalised latent, then the rotated rope key.
-  std::vector<float> kv(static_cast<size_t>(n_rows * (d.lora + d.rope)));
-  matmul(pool, w.kv_a, x_norm, n_rows, kv.data());
   for (const SeqSlice& s : seqs) {
     for (int64_t t = 0; t < s.n_tokens; ++t) {
       const int64_t row = s.first_row + t, pos = s.kv.length + t;

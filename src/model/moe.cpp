@@ -13,8 +13,8 @@ namespace kimi {
 void mlp_forward(const MlpWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out) {
   const int64_t inter = w.gate.rows;
   std::vector<float> g(static_cast<size_t>(n * inter)), u(static_cast<size_t>(n * inter));
-  matmul(pool, w.gate, x, n, g.data());
-  matmul(pool, w.up, x, n, u.data());
+  const MatmulJob gate_up[] = {{w.gate, x, n, g.data()}, {w.up, x, n, u.data()}};
+  matmul_batch(pool, gate_up);
   silu_mul(g.data(), u.data(), n * inter);
   matmul(pool, w.down, g.data(), n, out);
 }
@@ -86,28 +86,83 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   matmul(pool, w.router, x, n, logits.data());
   const Routing r = route_tokens(c, logits.data(), n, w.correction_bias);
 
-  // Shared experts see every token; their output starts the sum.
-  if (w.shared) mlp_forward(*w.shared, x, n, pool, out);
-  else std::fill(out, out + n * D, 0.0f);
-
-  // Group the tokens by expert so each expert's weights are read once per step, whatever the batch.
+  // The work, in the order the outputs are summed: the shared experts (every token, weight 1),
+  // then each selected expert with its tokens, grouped so that an expert's weights are read once
+  // per step whatever the batch. An item holds at most kSlotsPerBatch tokens (a long prefill
+  // splits an expert's tokens over several), which bounds the buffers below.
+  constexpr int64_t kSlotsPerBatch = 256;
+  struct Work {
+    const MlpWeights* mlp;
+    std::vector<int64_t> tokens;
+    std::vector<float> gates;
+  };
+  std::vector<Work> work;
+  const auto add = [&](const MlpWeights& mlp, int64_t token, float gate) {
+    if (work.empty() || work.back().mlp != &mlp || int64_t(work.back().tokens.size()) == kSlotsPerBatch)
+      work.push_back(Work{&mlp, {}, {}});
+    work.back().tokens.push_back(token);
+    work.back().gates.push_back(gate);
+  };
+  if (w.shared)
+    for (int64_t t = 0; t < n; ++t) add(*w.shared, t, 1.0f);
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));  // indices into r.experts
   for (int64_t i = 0; i < n * K; ++i) slots[size_t(r.experts[size_t(i)])].push_back(i);
-  std::vector<float> xs, ys;
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& s = slots[size_t(e)];
-    if (s.empty()) continue;
-    const int64_t m = int64_t(s.size());
-    xs.resize(size_t(m * D));
-    ys.resize(size_t(m * D));
-    for (int64_t i = 0; i < m; ++i) std::memcpy(&xs[size_t(i * D)], x + (s[size_t(i)] / K) * D, size_t(D) * 4);
-    mlp_forward(w.experts[size_t(e)], xs.data(), m, pool, ys.data());
-    for (int64_t i = 0; i < m; ++i) {
-      const float g = r.weights[size_t(s[size_t(i)])];
-      float* o = out + (s[size_t(i)] / K) * D;
-      const float* y = &ys[size_t(i * D)];
-      for (int64_t j = 0; j < D; ++j) o[j] += g * y[j];
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t s : slots[size_t(e)]) add(w.experts[size_t(e)], s / K, r.weights[size_t(s)]);
+
+  // The items run in batches: one matmul_batch for the gate and up products of a batch's items
+  // and one for their down products, so a decode step pays two thread dispatches for its
+  // experts instead of three per expert. A batch holds up to kSlotsPerBatch token rows.
+  std::fill(out, out + n * D, 0.0f);
+  std::vector<float> xs, gs, us, ys;
+  std::vector<MatmulJob> jobs;
+  for (size_t first = 0; first < work.size();) {
+    size_t last = first;
+    int64_t rows = 0, inter_rows = 0;
+    do {
+      rows += int64_t(work[last].tokens.size());
+      inter_rows += int64_t(work[last].tokens.size()) * work[last].mlp->gate.rows;
+      ++last;
+    } while (last < work.size() && rows + int64_t(work[last].tokens.size()) <= kSlotsPerBatch);
+    xs.resize(size_t(rows * D));
+    ys.resize(size_t(rows * D));
+    gs.resize(size_t(inter_rows));
+    us.resize(size_t(inter_rows));
+    // Row offsets of each expert's tokens in xs / ys and in gs / us.
+    std::vector<int64_t> row0(last - first + 1, 0), inter0(last - first + 1, 0);
+    for (size_t i = first; i < last; ++i) {
+      const Work& wk = work[i];
+      const int64_t m = int64_t(wk.tokens.size());
+      row0[i - first + 1] = row0[i - first] + m;
+      inter0[i - first + 1] = inter0[i - first] + m * wk.mlp->gate.rows;
+      for (int64_t t = 0; t < m; ++t)
+        std::memcpy(&xs[size_t((row0[i - first] + t) * D)], x + wk.tokens[size_t(t)] * D, size_t(D) * 4);
     }
+    jobs.clear();
+    for (size_t i = first; i < last; ++i) {
+      const MlpWeights& m = *work[i].mlp;
+      const int64_t tokens = int64_t(work[i].tokens.size());
+      const float* xi = &xs[size_t(row0[i - first] * D)];
+      jobs.push_back({m.gate, xi, tokens, &gs[size_t(inter0[i - first])]});
+      jobs.push_back({m.up, xi, tokens, &us[size_t(inter0[i - first])]});
+    }
+    matmul_batch(pool, jobs);
+    silu_mul(gs.data(), us.data(), inter_rows);
+    jobs.clear();
+    for (size_t i = first; i < last; ++i)
+      jobs.push_back({work[i].mlp->down, &gs[size_t(inter0[i - first])], int64_t(work[i].tokens.size()),
+                      &ys[size_t(row0[i - first] * D)]});
+    matmul_batch(pool, jobs);
+    for (size_t i = first; i < last; ++i) {
+      const Work& wk = work[i];
+      for (size_t t = 0; t < wk.tokens.size(); ++t) {
+        const float g = wk.gates[t];
+        float* o = out + wk.tokens[t] * D;
+        const float* y = &ys[size_t((row0[i - first] + int64_t(t)) * D)];
+        for (int64_t j = 0; j < D; ++j) o[j] += g * y[j];
+      }
+    }
+    first = last;
   }
 }
 

@@ -29,7 +29,11 @@ int64_t integer_at(const TensorView& t, int64_t i) {
   return v;
 }
 
+// Element i of a float tensor (BF16, F16 or F32) of the file, checked to be one.
 float float_at(const TensorView& t, int64_t i) {
+  if (t.dtype != DType::BF16 && t.dtype != DType::F16 && t.dtype != DType::F32)
+    throw Error(t.file.string() + ": tensor '" + t.name + "' has dtype " + std::string(dtype_name(t.dtype)) +
+                " (expected BF16, F16 or F32)");
   float v = 0;
   convert_to_f32(t.dtype, t.data.data() + size_t(i) * dtype_size(t.dtype), &v, 1);
   return v;
