@@ -200,7 +200,7 @@ TEST(Quantize, ZeroRowsGiveZerosNotNaN) {
   dequantize_row(int4_matrix(packed, scales, zeros.data(), rows, cols, 32), 0, row.data());
   for (float v : row) EXPECT_EQ(v, 0.0f);
   std::vector<int8_t> q(w.size(), 1);
-  std::vector<float> s8(static_cast<size_t>(rows), 1.0f);
+  std::vector<float> s8(static_cast<size_t>(rows * cols / 32), 1.0f);  // [rows, groups]
   quantize_int8_symmetric(w.data(), rows, cols, 32, q.data(), s8.data());
   for (int8_t v : q) EXPECT_EQ(v, 0);
   for (float s : s8) EXPECT_FALSE(std::isnan(s));
