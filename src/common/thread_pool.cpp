@@ -48,7 +48,6 @@ ThreadPool::~ThreadPool() {
   // Join here, while mu_ and the condition variables still exist: a worker finishing its last job
   // may still notify cv_done_ after the caller saw the job done.
   workers_.clear();
-  // jthread joins on destruction.
 }
 
 void ThreadPool::work_on_current_job() {
