@@ -1,43 +1,24 @@
 #pragma once
 // The AVX2 (+FMA) traits of the integer-weight kernels (quant_generic.h), with or without
-// AVX-VNNI (VEX-encoded VPDPBUSD). Included only by quant_avx2.cpp and quant_avxvnni.cpp,
-// which are compiled with those ISA flags.
-#include <immintrin.h>
-
+// AVX-VNNI (VEX-encoded VPDPBUSD): the float kernels' AVX2 traits (zero, set1, add, fma,
+// reduce, load_x ...) plus the integer operations. Included only by quant_avx2.cpp and
+// quant_avxvnni.cpp, which are compiled with those ISA flags.
 #include <cstring>
 
+#include "kernels/avx2_traits.h"
 #include "kernels/quant_generic.h"
 
 namespace kimi::kernels {
 namespace {
 
 template <bool kVnniOn>
-struct Avx2QuantTraits {
-  using V = __m256;
-  using VI = __m256i;
-  static constexpr int kLanes = 8;
+struct Avx2QuantTraits : Avx2Traits {
   static constexpr bool kVnni = kVnniOn;
   // 16 ymm registers: 2 x 3 f32 totals (+ their int32 sums), x, weights.
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 3;
 
-  static V zero() { return _mm256_setzero_ps(); }
-  static V set1(float a) { return _mm256_set1_ps(a); }
-  static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
-  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
-  static float reduce(V v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-  }
-  static V load_f(const float* p) { return _mm256_loadu_ps(p); }
-  static V load_f_tail(const float* p, int len) {
-    alignas(32) float buf[8] = {};
-    std::memcpy(buf, p, size_t(len) * 4);
-    return _mm256_load_ps(buf);
-  }
   static V cvt(VI v) { return _mm256_cvtepi32_ps(v); }
 
   // Partial loads copy into a zeroed buffer (AVX2 has no byte-masked loads); only row tails.

@@ -1,39 +1,22 @@
 #pragma once
 // The AVX-512 (F/BW/VL/DQ) traits of the integer-weight kernels (quant_generic.h), with or
-// without AVX-512 VNNI. Included only by quant_avx512.cpp and quant_avx512vnni.cpp, which are
-// compiled with those ISA flags.
-// GCC 12.2's AVX-512 intrinsics trip -Wuninitialized inside the header (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-
+// without AVX-512 VNNI: the float kernels' AVX-512 traits (zero, set1, add, fma, reduce,
+// load_x, mask ...) plus the integer operations. Included only by quant_avx512.cpp and
+// quant_avx512vnni.cpp, which are compiled with those ISA flags.
+#include "kernels/avx512_traits.h"
 #include "kernels/quant_generic.h"
 
 namespace kimi::kernels {
 namespace {
 
 template <bool kVnniOn>
-struct Avx512QuantTraits {
-  using V = __m512;
-  using VI = __m512i;
-  static constexpr int kLanes = 16;
+struct Avx512QuantTraits : Avx512Traits {
   static constexpr bool kVnni = kVnniOn;
   // 32 zmm registers: 4 x 3 f32 totals (+ their int32 sums while a segment runs), x, weights.
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 3;
 
-  static __mmask16 mask16(int len) { return __mmask16((1u << len) - 1u); }
-
-  static V zero() { return _mm512_setzero_ps(); }
-  static V set1(float a) { return _mm512_set1_ps(a); }
-  static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  static float reduce(V v) { return _mm512_reduce_add_ps(v); }
-  static V load_f(const float* p) { return _mm512_loadu_ps(p); }
-  static V load_f_tail(const float* p, int len) { return _mm512_maskz_loadu_ps(mask16(len), p); }
   static V cvt(VI v) { return _mm512_cvtepi32_ps(v); }
 
   // int4 x f32: a 16-entry table of (q - zero) * scale, indexed by the nibble (VPERMPS reads
@@ -47,7 +30,7 @@ struct Avx512QuantTraits {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static VI load_nib_tail(const uint8_t* p, int bytes) {
-    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(bytes), p));
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask(bytes), p));
   }
   static V deq_lo(VI v, const G4& table) { return _mm512_permutexvar_ps(v, table); }
   // int4 x f32 on whole words (int4_word_layout): the nibble at bits 4j of each 32-bit lane,
@@ -62,7 +45,7 @@ struct Avx512QuantTraits {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   static VI load_i8_tail(const uint8_t* p, int bytes) {
-    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask16(bytes), p));
+    return _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(bytes), p));
   }
 
   // Integer blocks of 64 bytes.
@@ -94,12 +77,12 @@ struct Avx512QuantTraits {
   static VI load_i(const int32_t* p) { return _mm512_loadu_si512(p); }
 
   static V scales_window(const RowGroups& rg, int64_t g, int count) {
-    if (rg.f32) return _mm512_maskz_loadu_ps(mask16(count), rg.scales + g * 4);
-    const __m256i h = _mm256_maskz_loadu_epi16(mask16(count), rg.scales + g * 2);
+    if (rg.f32) return _mm512_maskz_loadu_ps(mask(count), rg.scales + g * 4);
+    const __m256i h = _mm256_maskz_loadu_epi16(mask(count), rg.scales + g * 2);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
   static VI zeros_window(const uint8_t* p, int count) {
-    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask16(count), p));
+    return _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask(count), p));
   }
   static V permute(V v, VI idx) { return _mm512_permutexvar_ps(idx, v); }
   static VI permute_i(VI v, VI idx) { return _mm512_permutexvar_epi32(idx, v); }

@@ -5,12 +5,13 @@
 //   V, VI, kLanes (L)            f32 / int vectors of L 32-bit lanes
 //   kVnni                        dot_u8s8 is one instruction (else emulated; see below)
 //   kGemmRows, kGemmTokens       register tile of the n > 1 kernels
-//   zero, set1, add, mul, fma, reduce, load_f           f32 basics
+//   zero, set1, add, fma, reduce, load_x  the float kernels' traits (avx2_traits.h, ...)
+//   mul                                  f32 product
 //   G4 make_group4(scale, zero), load_nib(p), load_nib_tail(p, bytes < L),
 //   deq_lo(v, g4), deq_hi(v, g4)  L packed int4 bytes, one per lane, turned into the f32 weights
 //                                 (nibble - zero) * scale of their low / high nibbles
 //   load_i8(p), load_i8_tail(p, bytes < L), cvt(VI)      L int8 weights as int32 lanes -> f32
-//   load_f_tail(p, len < L)      f32 loads of x, zero-filled past len
+//   load_x_tail(p, len < L)      f32 loads of x, zero-filled past len
 //   load_block(p), load_block_tail(p, bytes < 4L)        4L bytes (zero-filled past the end)
 //   lo_nib(v), hi_nib(v)         the low / high nibble of each byte, as bytes
 //   dot_u8s8(acc, u, s)          acc[j] += sum of u8 x s8 over the 4 bytes of lane j (VPDPBUSD;
@@ -128,8 +129,8 @@ void int4_f32_tile(const QuantCtx& c, float* y) {
       const int nbytes = int(qmin(L, (k1 - k) / 2));
       V xe[T], xo[T];
       for (int t = 0; t < T; ++t) {
-        xe[t] = Tr::load_f(xs[t] + k);
-        xo[t] = Tr::load_f(xs[t] + k + L);
+        xe[t] = Tr::load_x(xs[t] + k);
+        xo[t] = Tr::load_x(xs[t] + k + L);
       }
       for (int r = 0; r < R; ++r) {
         const VI v = nbytes == L ? Tr::load_nib(rows[r] + byte) : Tr::load_nib_tail(rows[r] + byte, nbytes);
@@ -178,7 +179,7 @@ void int4_f32_words_tile(const QuantCtx& c, float* y) {
       v[r] = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
     for (unsigned j = 0; j < 8; ++j) {
       V xv[T];
-      for (int t = 0; t < T; ++t) xv[t] = Tr::load_f(xs[t] + b * 128 + j * 16);
+      for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(xs[t] + b * 128 + j * 16);
       for (int r = 0; r < R; ++r) {
         const V q = Tr::lut_nibble(v[r], j, table);
         for (int t = 0; t < T; ++t) acc[r][t] = Tr::fma(q, xv[t], acc[r][t]);
@@ -239,7 +240,7 @@ void int8_f32_tile(const QuantCtx& c, float* y) {
       if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols);
       const int len = int(qmin(L, k1 - k));
       V xv[T];
-      for (int t = 0; t < T; ++t) xv[t] = len == L ? Tr::load_f(xs[t] + k) : Tr::load_f_tail(xs[t] + k, len);
+      for (int t = 0; t < T; ++t) xv[t] = len == L ? Tr::load_x(xs[t] + k) : Tr::load_x_tail(xs[t] + k, len);
       for (int r = 0; r < R; ++r) {
         const VI q = len == L ? Tr::load_i8(rows[r] + k) : Tr::load_i8_tail(rows[r] + k, len);
         const V wv = Tr::mul(Tr::cvt(q), s[r]);
