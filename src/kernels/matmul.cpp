@@ -37,7 +37,10 @@ struct BatchPart {
   kernels::PreparedInput prepared;
 };
 
-void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::span<const MatmulJob> jobs) {
+// Integer-format jobs use `quant` when given (the tests' choice of variant), else the best
+// variant within k's ISA.
+void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::span<const MatmulJob> jobs,
+                       const kernels::QuantKernelTable* quant = nullptr) {
   std::vector<BatchPart> parts;
   parts.reserve(jobs.size());
   int64_t total_blocks = 0, total_macs = 0;
@@ -53,7 +56,7 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
     p.first_block = total_blocks;
     p.blocks = (j.w.rows + kRowBlock - 1) / kRowBlock;
     if (j.w.format != WeightFormat::Dense) {
-      const kernels::QuantKernelTable& t = kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
+      const kernels::QuantKernelTable& t = quant ? *quant : kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
       p.quant = kernels::quant_simd_supports(j.w, t.lanes) ? &t : &kernels::kQuantScalar;
       kernels::prepare_input(pool, *p.quant, j.w, j.x, j.n, p.prepared);
     }
@@ -98,19 +101,10 @@ void convert_with(const kernels::KernelTable& k, DType src_dtype, const void* sr
 
 namespace kernels {
 
-// The integer formats: x is prepared once (quantised per token for Int8PerToken), then the
-// rows are split exactly as for the float kernels.
 void quant_matmul(const QuantKernelTable& table, ThreadPool& pool, const WeightMatrix& w,
                   const float* x, int64_t n, float* y) {
-  const QuantKernelTable& k = quant_simd_supports(w, table.lanes) ? table : kQuantScalar;
-  PreparedInput prepared;
-  prepare_input(pool, k, w, x, n, prepared);
-  const int64_t blocks = (w.rows + kRowBlock - 1) / kRowBlock;
-  const int64_t macs_per_block = std::max<int64_t>(1, kRowBlock * w.cols * n);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
-  pool.parallel_for(blocks, grain, [&](int64_t b, int64_t e) {
-    k.matmul_rows(w, prepared.in, y, b * kRowBlock, std::min(w.rows, e * kRowBlock));
-  });
+  const MatmulJob job{w, x, n, y};
+  matmul_batch_with(best_kernels(), pool, {&job, 1}, &table);
 }
 
 }  // namespace kernels

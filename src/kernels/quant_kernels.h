@@ -89,8 +89,8 @@ struct PreparedInput {
 void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatrix& w,
                    const float* x, int64_t n, PreparedInput& out);
 
-// y = x . w^T for a validated integer-format w with rows and cols > 0, n > 0, on variant `k`
-// (what matmul() does for those formats with the CPU's best variant; tests call it with each).
+// y = x . w^T for an integer-format w on variant `k` (matmul() picks the CPU's best variant;
+// tests call this with each). Runs through matmul()'s batch path.
 // Falls back to the scalar reference where quant_simd_supports() says the variant cannot follow
 // the group layout.
 void quant_matmul(const QuantKernelTable& k, ThreadPool& pool, const WeightMatrix& w, const float* x,
