@@ -7,8 +7,8 @@
 
 #include "args.h"
 #include "common/error.h"
+#include "engine/generation.h"
 #include "model/model.h"
-#include "text_generation.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -43,13 +43,11 @@ int run_chat(int argc, char** argv) {
   sp.seed = uint64_t(a.get_int("seed", 0));
   sp.max_tokens = a.get_int("max-tokens", 512);
   sp.validate(c.vocab_size);
-  std::vector<int32_t> stop_ids;
-  for (int64_t id : c.eos_token_ids) stop_ids.push_back(int32_t(id));
   const nlohmann::json kwargs = {{"thinking", !a.has("no-thinking")}};
 
   const int64_t max_len = std::min<int64_t>(a.get_int("max-model-len", 8192), c.max_position_embeddings);
-  KvCache cache = model.new_cache(max_len);
-  std::vector<int32_t> cached;
+  // Prefix caching keeps the earlier turns' KV: each turn computes only what it adds.
+  Engine engine(model, nullptr, single_sequence_config(max_len, true));
   nlohmann::json messages = nlohmann::json::array();
   auto reset = [&] {
     messages = nlohmann::json::array();
@@ -78,7 +76,7 @@ int run_chat(int argc, char** argv) {
     }
     IncrementalDecoder text(tok, true);
     std::string reply;
-    generate_tokens(model, cache, cached, prompt, sp, stop_ids, [&](int32_t t) {
+    generate_stream(engine, prompt, sp, [&](int32_t t) {
       const std::string piece = text.push(t);
       reply += piece;
       std::fputs(piece.c_str(), stdout);

@@ -9,9 +9,8 @@
 
 #include "args.h"
 #include "common/error.h"
-#include "engine/sampler.h"
+#include "engine/generation.h"
 #include "model/model.h"
-#include "text_generation.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
 
@@ -98,21 +97,19 @@ int run_generate(int argc, char** argv) {
   sp.ignore_eos = a.has("ignore-eos");
   sp.max_tokens = max_tokens;
   sp.validate(c.vocab_size);
-  std::vector<int32_t> stop_ids;
-  for (int64_t id : c.eos_token_ids) stop_ids.push_back(int32_t(id));
-
   const bool json = a.has("json");
+  // No prefix caching: the warm-up must not make the timed prefill a cache hit.
+  Engine engine(model, nullptr, single_sequence_config(int64_t(prompt.size()) + max_tokens, false));
   if (a.has("warmup")) {
-    KvCache warm = model.new_cache(int64_t(prompt.size()));
-    model.forward(std::span<const int32_t>(prompt), warm);
+    SamplingParams once = sp;
+    once.max_tokens = 1;
+    generate_stream(engine, prompt, once, [](int32_t) { return true; });
   }
-  KvCache cache = model.new_cache(int64_t(prompt.size()) + max_tokens);
-  std::vector<int32_t> cached;
   std::optional<IncrementalDecoder> text;
   if (tokenizer && !json) text.emplace(*tokenizer, true);
   bool first = true;
   std::vector<int32_t> generated;
-  const GenerationStats st = generate_tokens(model, cache, cached, prompt, sp, stop_ids, [&](int32_t t) {
+  const GenerationStats st = generate_stream(engine, prompt, sp, [&](int32_t t) {
     generated.push_back(t);
     if (json) return true;
     if (text) std::fputs(text->push(t).c_str(), stdout);
@@ -131,8 +128,8 @@ int run_generate(int argc, char** argv) {
   if (text) std::fputs(text->flush().c_str(), stdout);
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.1f tokens/s); generated: %zu tokens in %.3f s (%.1f tokens/s)\n",
-               st.prompt_tokens, st.prefill_seconds, double(st.prompt_tokens) / st.prefill_seconds, st.generated,
+  std::fprintf(stderr, "prompt: %lld tokens in %.3f s (%.1f tokens/s); generated: %lld tokens in %.3f s (%.1f tokens/s)\n",
+               (long long)st.prompt_tokens, st.prefill_seconds, double(st.prompt_tokens) / st.prefill_seconds, (long long)st.generated,
                st.decode_seconds, st.generated > 1 ? double(st.generated - 1) / st.decode_seconds : 0.0);
   return 0;
 }

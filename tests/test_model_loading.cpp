@@ -18,7 +18,7 @@ const std::vector<int32_t> kPrompt = {17, 923, 4, 511, 88, 1000, 250, 3, 77};
 std::vector<float> last_logits(const std::filesystem::path& dir) {
   Model m(dir, ModelOptions{.num_threads = 1});
   KvCache cache = m.new_cache(int64_t(kPrompt.size()));
-  return m.forward(kPrompt, cache);
+  return forward_sequence(m, kPrompt, cache);
 }
 
 using test::error_of;
@@ -145,9 +145,9 @@ TEST(ModelLoading, OutOfRangeTokenAndFullCacheAreErrors) {
   Model m(test::make_tiny_model(d), ModelOptions{.num_threads = 1});
   KvCache cache = m.new_cache(4);
   const std::vector<int32_t> bad = {1, 5000};
-  EXPECT_NE(error_of([&] { m.forward(bad, cache); }).find("5000"), std::string::npos);
+  EXPECT_NE(error_of([&] { forward_sequence(m, bad, cache); }).find("5000"), std::string::npos);
   const std::vector<int32_t> many = {1, 2, 3, 4, 5};
-  EXPECT_NE(error_of([&] { m.forward(many, cache); }).find("capacity"), std::string::npos);
+  EXPECT_NE(error_of([&] { forward_sequence(m, many, cache); }).find("capacity"), std::string::npos);
   EXPECT_EQ(cache.length(), 0);  // nothing half-written counts as cached
 }
 

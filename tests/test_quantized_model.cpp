@@ -25,7 +25,7 @@ std::vector<float> logits_of(const std::filesystem::path& dir, const std::string
   o.quantization = QuantizationRequest::parse(quantization);
   Model m(dir, o);
   KvCache cache = m.new_cache(int64_t(kPrompt.size()));
-  return m.forward(kPrompt, cache, /*all_logits=*/true);
+  return forward_sequence(m, kPrompt, cache, /*all_logits=*/true);
 }
 
 std::filesystem::path make(const test::TempDir& d, const std::string& quant) {

@@ -69,7 +69,7 @@ class ReferenceLogits : public ::testing::Test {
   // Runs a whole case as one prefill with logits for every position.
   std::vector<float> prefill_all(const GoldenCase& g) {
     KvCache cache = model_->new_cache(int64_t(g.ids.size()));
-    return model_->forward(g.ids, cache, true);
+    return forward_sequence(*model_, g.ids, cache, true);
   }
 
   void expect_rows_match(const GoldenCase& g, const std::vector<float>& logits, size_t first_row, const char* what) {
@@ -111,7 +111,7 @@ TEST_F(ReferenceLogits, DecodeTokenByTokenMatches) {
     for (const auto& g : *golden_) {
       KvCache cache = model_->new_cache(int64_t(g.ids.size()));
       for (size_t t = 0; t < g.ids.size(); ++t) {
-        expect_rows_match(g, model_->forward({&g.ids[t], 1}, cache), t, "decode");
+        expect_rows_match(g, forward_sequence(*model_, {&g.ids[t], 1}, cache), t, "decode");
       }
     }
   }
@@ -124,11 +124,11 @@ TEST_F(ReferenceLogits, ChunkedPrefillThenDecodeMatches) {
   const std::span<const int32_t> ids(g.ids);
   size_t pos = 0;
   for (size_t chunk : {7u, 1u, 11u}) {  // uneven chunks, each attending to what came before
-    expect_rows_match(g, model_->forward(ids.subspan(pos, chunk), cache, true), pos, "chunked prefill");
+    expect_rows_match(g, forward_sequence(*model_, ids.subspan(pos, chunk), cache, true), pos, "chunked prefill");
     pos += chunk;
   }
   for (; pos < g.ids.size(); ++pos) {
-    expect_rows_match(g, model_->forward(ids.subspan(pos, 1), cache), pos, "decode after chunks");
+    expect_rows_match(g, forward_sequence(*model_, ids.subspan(pos, 1), cache), pos, "decode after chunks");
   }
 }
 
@@ -136,12 +136,14 @@ TEST_F(ReferenceLogits, BatchedSequencesMatch) {
   // All cases in one step, then one decode step for all of them together.
   std::vector<KvCache> caches;
   for (const auto& g : *golden_) caches.push_back(model_->new_cache(int64_t(g.ids.size())));
-  std::vector<SequenceInput> prefill;
+  ForwardBatch prefill;
   for (size_t i = 0; i < golden_->size(); ++i) {
     const auto& ids = (*golden_)[i].ids;
-    prefill.push_back({std::span<const int32_t>(ids).first(ids.size() - 1), caches[i].view(), true});
+    prefill.seqs.push_back({.tokens = std::span<const int32_t>(ids).first(ids.size() - 1),
+                            .kv = caches[i].view(),
+                            .num_logits = int64_t(ids.size()) - 1});
   }
-  const std::vector<float> logits = model_->forward(prefill);
+  const std::vector<float> logits = model_->forward(prefill).logits;
   for (size_t i = 0; i < golden_->size(); ++i) caches[i].set_length(int64_t((*golden_)[i].ids.size()) - 1);
   size_t row = 0;
   for (const auto& g : *golden_) {
@@ -151,9 +153,10 @@ TEST_F(ReferenceLogits, BatchedSequencesMatch) {
     expect_rows_match(g, mine, 0, "batched prefill");
     row += n;
   }
-  std::vector<SequenceInput> decode;
-  for (size_t i = 0; i < golden_->size(); ++i) decode.push_back({{&(*golden_)[i].ids.back(), 1}, caches[i].view(), false});
-  const std::vector<float> last = model_->forward(decode);
+  ForwardBatch decode;
+  for (size_t i = 0; i < golden_->size(); ++i)
+    decode.seqs.push_back({.tokens = {&(*golden_)[i].ids.back(), 1}, .kv = caches[i].view()});
+  const std::vector<float> last = model_->forward(decode).logits;
   for (size_t i = 0; i < golden_->size(); ++i) {
     const auto& g = (*golden_)[i];
     const std::vector<float> mine(last.begin() + ptrdiff_t(i * size_t(vocab())),

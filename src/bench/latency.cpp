@@ -32,12 +32,12 @@ std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o
 void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, LatencyResult& r) {
   KvCache cache = model.new_cache(o.input_len + o.output_len);
   auto t0 = Clock::now();
-  std::vector<float> logits = model.forward(prompt, cache);
+  std::vector<float> logits = forward_sequence(model, prompt, cache);
   r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
   t0 = Clock::now();
   for (int64_t i = 0; i < o.output_len; ++i) {
     const int32_t next = argmax(logits);
-    logits = model.forward({&next, 1}, cache);
+    logits = forward_sequence(model, {&next, 1}, cache);
   }
   r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
 }

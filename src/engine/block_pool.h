@@ -36,6 +36,10 @@ class BlockPool {
   // when another block already caches this content).
   void cache(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
 
+  // Forgets a block's cached content (it is about to be overwritten); no-op if not cached.
+  void uncache(int32_t block);
+  bool is_cached(int32_t block) const { return blocks_[size_t(block)].cached; }
+
   int32_t holders(int32_t block) const { return blocks_[size_t(block)].holders; }
   // Consistency check for tests: free count, free list and holders agree. Empty means fine.
   std::string check() const;
@@ -50,7 +54,6 @@ class BlockPool {
   };
   void push_free(int32_t b);
   void unlink_free(int32_t b);
-  void uncache(int32_t b);
 
   int64_t block_size_;
   bool caching_;

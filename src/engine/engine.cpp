@@ -7,8 +7,6 @@
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "tokenizer/incremental_decoder.h"
-#include "tokenizer/tokenizer.h"
 
 namespace kimi {
 
@@ -39,7 +37,7 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
 
 int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
   const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size);
-  const int64_t blocks = int64_t(c.kv_cache_bytes / per_block);
+  const int64_t blocks = c.num_kv_blocks_override > 0 ? c.num_kv_blocks_override : int64_t(c.kv_cache_bytes / per_block);
   const int64_t needed = (c.scheduler.max_model_len + c.block_size - 1) / c.block_size;
   if (blocks < needed)
     throw Error("the KV cache (" + std::to_string(c.kv_cache_bytes) + " bytes, " + std::to_string(blocks) +
@@ -52,12 +50,12 @@ int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
     : model_(model),
-      tokenizer_(tokenizer),
       config_(resolve(config, model.config())),
       kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
-      storage_(model.config(), kv_.pool().num_blocks(), config_.block_size),
       scheduler_(config_.scheduler, kv_),
-      metrics_(config_.scheduler.max_model_len) {
+      executor_(std::make_unique<InProcessExecutor>(model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size})),
+      metrics_(config_.scheduler.max_model_len),
+      processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
 }
 
@@ -78,162 +76,59 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
   params.validate(c.vocab_size);
 }
 
-std::unique_ptr<Request> Engine::make_request(const std::string& id, int index, const std::vector<int32_t>& prompt,
-                                              const SamplingParams& params, int priority) {
-  auto r = std::make_unique<Request>();
-  r->parent_id = id;
-  r->index = index;
-  r->id = params.n > 1 ? id + "#" + std::to_string(index) : id;
-  r->prompt = prompt;
-  r->params = params;
-  r->priority = priority;
-  r->arrival = next_arrival_++;
-  // A request's own seed makes it reproducible whatever runs beside it; otherwise the engine's
-  // seed and the admission order decide.
-  const uint64_t seed = params.seed ? *params.seed + uint64_t(index) : hash_seed(config_.seed, r->id.c_str()) ^ r->arrival;
-  r->sampler = std::make_unique<Sampler>(params, seed, eos_ids_);
-  if (tokenizer_) r->detokenizer = std::make_unique<IncrementalDecoder>(*tokenizer_, params.skip_special_tokens);
-  if (!params.stop.empty()) r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop, params.include_stop_str_in_output);
-  return r;
-}
-
 void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params, int priority) {
   validate(prompt, params);
-  for (const auto& [rid, r] : requests_)
-    if (r->parent_id == id) throw Error("a request with id '" + id + "' is already running");
+  if (children_.count(id)) throw Error("a request with id '" + id + "' is already running");
   // Never generate past the context window.
   params.max_tokens = std::min<int64_t>(params.max_tokens, max_model_len() - int64_t(prompt.size()));
   params.min_tokens = std::min(params.min_tokens, params.max_tokens);
   prompt_tokens_ += int64_t(prompt.size()) * params.n;
   metrics_.on_prompt_tokens(int64_t(prompt.size()) * params.n);
+  std::vector<std::string>& children = children_[id];
   for (int i = 0; i < params.n; ++i) {
-    auto r = make_request(id, i, prompt, params, priority);
-    Request* p = r.get();
-    requests_.emplace(r->id, std::move(r));
+    auto r = std::make_unique<Request>();
+    r->id = params.n > 1 ? id + "#" + std::to_string(i) : id;
+    r->prompt = prompt;
+    r->params = params;
+    r->priority = priority;
+    r->arrival = next_arrival_++;
+    r->eos_token_ids = eos_ids_;
+    // A request's own seed makes it reproducible whatever runs beside it; otherwise the engine's
+    // seed and the admission order decide.
+    r->seed = params.seed ? *params.seed + uint64_t(i) : hash_seed(config_.seed, r->id.c_str()) ^ r->arrival;
+    processor_.add_request(r->id, id, i, int64_t(prompt.size()), params);
+    children.push_back(r->id);
     // With prefix caching, the other completions wait until the first has computed the prompt,
     // then find all its full blocks in the cache instead of recomputing them.
-    if (i == 0 || !config_.enable_prefix_caching) admit(p);
-    else parked_.push_back(p);
+    if (i == 0 || !config_.enable_prefix_caching) scheduler_.add_request(std::move(r));
+    else parked_.push_back(std::move(r));
   }
 }
 
-void Engine::admit(Request* r) { scheduler_.add(r); }
-
 void Engine::release_parked() {
-  std::erase_if(parked_, [&](Request* p) {
+  for (auto it = parked_.begin(); it != parked_.end();) {
     // The leader is completion 0 of the same parent.
-    const auto it = requests_.find(p->parent_id + "#0");
-    const bool leader_done = it == requests_.end() || it->second->num_computed_tokens >= int64_t(it->second->prompt.size());
-    if (leader_done) admit(p);
-    return leader_done;
-  });
-}
-
-bool Engine::abort_request(const std::string& id) {
-  bool found = false;
-  for (auto it = requests_.begin(); it != requests_.end();) {
-    Request& r = *it->second;
-    if (r.parent_id != id) {
+    const std::string& id = (*it)->id;
+    const Request* leader = scheduler_.request(id.substr(0, id.rfind('#')) + "#0");
+    if (leader && leader->num_computed_tokens < int64_t(leader->prompt.size())) {
       ++it;
       continue;
     }
-    found = true;
-    std::erase(parked_, &r);
-    scheduler_.remove(&r);
-    finish(r, FinishReason::Abort);
-    pending_.push_back(make_output(r));
-    it = requests_.erase(it);
+    scheduler_.add_request(std::move(*it));
+    it = parked_.erase(it);
   }
-  return found;
 }
 
-void Engine::finish(Request& r, FinishReason reason, std::string stop_reason) {
-  r.status = RequestStatus::Finished;
-  r.finish_reason = reason;
-  r.stop_reason = std::move(stop_reason);
-  metrics_.on_finished(finish_reason_name(reason), seconds(Clock::now() - r.arrival_time), int64_t(r.prompt.size()),
-                       int64_t(r.output.size()));
-}
-
-RequestOutput Engine::make_output(Request& r) {
-  RequestOutput o;
-  o.request_id = r.parent_id;
-  o.index = r.index;
-  o.finished = r.finished();
-  o.finish_reason = r.finish_reason;
-  o.stop_reason = r.stop_reason;
-  o.stop_token = r.stop_token;
-  o.prompt_tokens = int64_t(r.prompt.size());
-  o.completion_tokens = int64_t(r.output.size());
-  o.cached_tokens = r.num_cached_tokens;
-  if (!r.prompt_logprobs_sent && r.params.prompt_logprobs && !r.prompt_logprobs.empty()) {
-    o.prompt_logprobs = std::move(r.prompt_logprobs);
-    r.prompt_logprobs_sent = true;
+bool Engine::abort_request(const std::string& id) {
+  auto it = children_.find(id);
+  if (it == children_.end()) return false;
+  for (const std::string& child : it->second) {
+    std::erase_if(parked_, [&](const auto& p) { return p->id == child; });
+    scheduler_.finish_requests({child}, FinishReason::Abort);
+    if (processor_.has(child)) pending_.push_back(processor_.abort(child));
   }
-  return o;
-}
-
-RequestOutput Engine::process_token(Request& r, const float* logits_row) {
-  const int64_t V = model_.config().vocab_size;
-  std::vector<float> row(logits_row, logits_row + V);
-  const SampleResult s = r.sampler->sample(row, r.prompt, r.output);
-  r.output.push_back(s.token);
-  ++generation_tokens_;
-  metrics_.on_generation_tokens(1);
-  const auto now = Clock::now();
-  if (!r.first_token_time) {
-    r.first_token_time = now;
-    metrics_.on_first_token(seconds(now - r.arrival_time));
-  } else {
-    metrics_.on_token(seconds(now - *r.last_token_time));
-  }
-  r.last_token_time = now;
-
-  RequestOutput o;
-  o.token_ids.push_back(s.token);
-  if (r.params.logprobs) o.logprobs.push_back(s);
-  const int64_t produced = int64_t(r.output.size());
-  const bool may_stop = produced >= r.params.min_tokens;
-
-  FinishReason reason = FinishReason::None;
-  std::string stop_reason;
-  if (may_stop && !r.params.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), s.token) != eos_ids_.end()) {
-    reason = FinishReason::Stop;
-  } else if (may_stop && std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), s.token) !=
-                             r.params.stop_token_ids.end()) {
-    reason = FinishReason::Stop;
-    r.stop_token = s.token;
-  }
-  // The token that stopped generation is not part of the text (as in vLLM), unless asked for.
-  const bool show_token = reason == FinishReason::None || r.params.include_stop_str_in_output;
-  std::string text = r.detokenizer && show_token ? r.detokenizer->push(s.token) : std::string();
-  bool stopped_by_string = false;
-  // Stop strings are only looked for once min_tokens are out (as in vLLM).
-  if (r.stop_matcher && may_stop && reason == FinishReason::None) {
-    auto m = r.stop_matcher->push(text);
-    text = std::move(m.emit);
-    if (m.stopped) {
-      reason = FinishReason::Stop;
-      stop_reason = m.matched;
-      stopped_by_string = true;
-    }
-  }
-  if (reason == FinishReason::None && (produced >= r.params.max_tokens || r.num_tokens() >= max_model_len()))
-    reason = FinishReason::Length;
-  if (reason != FinishReason::None) {
-    // Release what was held back for possible completion (stop-string prefixes, UTF-8 tails),
-    // unless a stop string cut the text off.
-    if (!stopped_by_string) {
-      if (r.stop_matcher) text += r.stop_matcher->flush();
-      if (r.detokenizer) text += r.detokenizer->flush();
-    }
-    finish(r, reason, stop_reason);
-  }
-  RequestOutput base = make_output(r);
-  base.token_ids = std::move(o.token_ids);
-  base.logprobs = std::move(o.logprobs);
-  base.text = std::move(text);
-  return base;
+  children_.erase(it);
+  return true;
 }
 
 std::vector<RequestOutput> Engine::step() {
@@ -243,50 +138,27 @@ std::vector<RequestOutput> Engine::step() {
   const int64_t preemptions_before = scheduler_.num_preemptions();
   const int64_t queries_before = scheduler_.prefix_queries(), hits_before = scheduler_.prefix_hits();
   const SchedulerOutput so = scheduler_.schedule();
-  for (int64_t i = preemptions_before; i < scheduler_.num_preemptions(); ++i) metrics_.on_preemption();
+  if (scheduler_.num_preemptions() > preemptions_before) metrics_.on_preemption(scheduler_.num_preemptions() - preemptions_before);
   if (scheduler_.prefix_queries() > queries_before)
     metrics_.on_prefix_cache_query(scheduler_.prefix_queries() - queries_before, scheduler_.prefix_hits() - hits_before);
   metrics_.on_step(scheduler_.num_running(), scheduler_.num_waiting() + int64_t(parked_.size()), kv_.pool().usage());
-  if (so.empty()) return outputs;
+  if (so.empty() && so.finished_request_ids.empty()) return outputs;
 
-  // One forward pass over every scheduled chunk.
-  std::vector<std::vector<int32_t>> tokens(so.chunks.size());
-  std::vector<SequenceInput> inputs;
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
-    Request& r = *so.chunks[i].request;
-    for (int64_t k = 0; k < so.chunks[i].num_new_tokens; ++k) tokens[i].push_back(r.token_at(r.num_computed_tokens + k));
-    const bool want_prompt_logprobs = r.params.prompt_logprobs && r.num_computed_tokens < int64_t(r.prompt.size());
-    inputs.push_back({tokens[i], storage_.view(r.block_table, r.num_computed_tokens), want_prompt_logprobs});
-  }
-  const std::vector<float> logits = model_.forward(inputs);
-
-  const int64_t V = model_.config().vocab_size;
-  size_t row = 0;
-  for (size_t i = 0; i < so.chunks.size(); ++i) {
-    Request& r = *so.chunks[i].request;
-    const int64_t n = so.chunks[i].num_new_tokens;
-    const int64_t first = r.num_computed_tokens;
-    const size_t rows = inputs[i].all_logits ? size_t(n) : 1;
-    if (inputs[i].all_logits) {
-      // Row k predicts token first + k + 1; the prompt's first token has no logprob (as in vLLM).
-      for (int64_t k = 0; k < n && first + k + 1 < int64_t(r.prompt.size()); ++k) {
-        const int32_t next = r.prompt[size_t(first + k + 1)];
-        float lp = 0;
-        auto top = top_logprobs({&logits[(row + size_t(k)) * size_t(V)], size_t(V)}, *r.params.prompt_logprobs, &lp, next);
-        top.insert(top.begin(), TokenLogprob{next, lp});  // the actual token first, then the top-k
-        r.prompt_logprobs.push_back(std::move(top));
+  const ModelRunnerOutput ro = executor_->execute_model(so);
+  for (const EngineCoreOutput& co : scheduler_.update_from_output(so, ro)) {
+    const std::string parent = processor_.parent_of(co.request_id);
+    bool stopped_by_string = false;
+    RequestOutput o = processor_.process(co, &stopped_by_string);
+    if (stopped_by_string) scheduler_.finish_requests({co.request_id}, FinishReason::Stop);
+    generation_tokens_ += int64_t(o.token_ids.size());
+    if (o.finished) {
+      auto c = children_.find(parent);
+      if (c != children_.end()) {
+        std::erase(c->second, co.request_id);
+        if (c->second.empty()) children_.erase(c);
       }
     }
-    r.num_computed_tokens += n;
-    kv_.cache_full_blocks(r);
-    if (r.num_computed_tokens == r.num_tokens()) {
-      outputs.push_back(process_token(r, &logits[(row + rows - 1) * size_t(V)]));
-      if (r.finished()) {
-        scheduler_.remove(&r);
-        requests_.erase(r.id);
-      }
-    }
-    row += rows;
+    if (!o.token_ids.empty() || o.finished) outputs.push_back(std::move(o));
   }
   return outputs;
 }

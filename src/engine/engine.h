@@ -1,18 +1,20 @@
 #pragma once
-// The serving engine's synchronous core (vLLM's EngineCore): requests in, one scheduler step +
-// model forward + sampling per step(), streaming outputs back. Not thread-safe by itself;
-// AsyncEngine runs it on its own thread for concurrent callers.
+// The serving engine, synchronous (vLLM's LLMEngine over its EngineCore): requests in, streaming
+// outputs back. Each step() is schedule -> executor.execute_model(plain-data scheduler output)
+// -> scheduler.update_from_output(...) -> the output processor (text, stop strings). Not
+// thread-safe by itself; AsyncEngine runs it on its own thread for concurrent callers.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/executor.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/metrics.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace kimi {
@@ -24,6 +26,7 @@ struct EngineConfig {
   int64_t block_size = 16;
   size_t kv_cache_bytes = 0;     // 0: kv_cache_memory_fraction of physical memory
   double kv_cache_memory_fraction = 0.25;
+  int64_t num_kv_blocks_override = 0;  // > 0: exactly this many blocks, whatever the bytes say
   bool enable_prefix_caching = true;
   uint64_t seed = 0;             // for requests without their own seed
 };
@@ -64,7 +67,7 @@ class Engine {
   bool abort_request(const std::string& id);
   // Runs one step; returns the outputs of every request that progressed or finished.
   std::vector<RequestOutput> step();
-  bool has_unfinished() const { return !requests_.empty() || !pending_.empty(); }
+  bool has_unfinished() const { return scheduler_.has_unfinished() || !parked_.empty() || !pending_.empty(); }
 
   // Offline batch generation (vLLM's LLM.generate): runs every prompt to completion.
   // Result [i][j] is completion j of prompt i.
@@ -73,27 +76,22 @@ class Engine {
 
   EngineStats stats() const;
   const KvCacheManager& kv_cache() const { return kv_; }
+  const Scheduler& scheduler() const { return scheduler_; }
   Metrics& metrics() { return metrics_; }
 
  private:
-  std::unique_ptr<Request> make_request(const std::string& id, int index, const std::vector<int32_t>& prompt,
-                                        const SamplingParams& params, int priority);
-  void admit(Request* r);
-  RequestOutput process_token(Request& r, const float* logits_row);
-  void finish(Request& r, FinishReason reason, std::string stop_reason = {});
-  RequestOutput make_output(Request& r);
   void release_parked();
 
   Model& model_;
-  const Tokenizer* tokenizer_;
   EngineConfig config_;
   std::vector<int32_t> eos_ids_;
   KvCacheManager kv_;
-  KvStorage storage_;
   Scheduler scheduler_;
+  std::unique_ptr<Executor> executor_;
   Metrics metrics_;
-  std::map<std::string, std::unique_ptr<Request>> requests_;  // in flight, by internal id
-  std::vector<Request*> parked_;  // completions 2..n waiting for completion 1's prompt blocks
+  OutputProcessor processor_;
+  std::map<std::string, std::vector<std::string>> children_;  // caller's id -> unfinished engine ids
+  std::vector<std::unique_ptr<Request>> parked_;  // completions 2..n waiting for completion 1's prompt blocks
   std::vector<RequestOutput> pending_;  // outputs produced outside step() (aborts)
   uint64_t next_arrival_ = 0;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;

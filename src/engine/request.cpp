@@ -1,11 +1,6 @@
 #include "engine/request.h"
 
-#include "tokenizer/incremental_decoder.h"
-
 namespace kimi {
-
-Request::Request() = default;
-Request::~Request() = default;
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+
 namespace kimi {
 
 Scheduler::Scheduler(const SchedulerConfig& config, KvCacheManager& kv) : config_(config), kv_(kv) {}
@@ -11,17 +13,44 @@ bool Scheduler::runs_before(const Request* a, const Request* b) const {
   return a->arrival < b->arrival;
 }
 
-void Scheduler::add(Request* r) {
-  r->status = RequestStatus::Waiting;
+void Scheduler::enqueue(Request* r) {
   // Keep the queue ordered; a preempted request goes back to where its priority/arrival puts it.
   auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Request* w) { return runs_before(r, w); });
   waiting_.insert(it, r);
 }
 
-void Scheduler::remove(Request* r) {
-  std::erase(waiting_, r);
-  std::erase(running_, r);
-  kv_.free(*r);
+void Scheduler::add_request(std::unique_ptr<Request> r) {
+  if (requests_.count(r->id)) throw Error("internal: request id '" + r->id + "' is already scheduled");
+  Request* p = r.get();
+  p->status = RequestStatus::Waiting;
+  requests_.emplace(p->id, std::move(r));
+  enqueue(p);
+}
+
+const Request* Scheduler::request(const std::string& id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::finish(Request& r, FinishReason reason) {
+  std::erase(waiting_, &r);
+  std::erase(running_, &r);
+  kv_.free(r);
+  r.status = RequestStatus::Finished;
+  r.finish_reason = reason;
+  if (r.sent_to_executor) finished_since_last_step_.push_back(r.id);
+}
+
+std::vector<std::string> Scheduler::finish_requests(const std::vector<std::string>& ids, FinishReason reason) {
+  std::vector<std::string> found;
+  for (const std::string& id : ids) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    finish(*it->second, reason);
+    requests_.erase(it);
+    found.push_back(id);
+  }
+  return found;
 }
 
 Request* Scheduler::pick_victim() const {
@@ -33,16 +62,34 @@ Request* Scheduler::pick_victim() const {
 void Scheduler::preempt(Request* r) {
   std::erase(running_, r);
   kv_.free(*r);
-  r->status = RequestStatus::Preempted;
   ++r->num_preemptions;
   ++num_preemptions_;
-  add(r);
+  enqueue(r);
   r->status = RequestStatus::Preempted;
+}
+
+ScheduledRequest Scheduler::make_scheduled(Request& r, int64_t n, SchedulerOutput& so) {
+  if (!r.sent_to_executor) {
+    so.new_requests.push_back({r.id, r.prompt, r.params, r.seed});
+    r.sent_to_executor = true;
+  }
+  ScheduledRequest s;
+  s.request_id = r.id;
+  s.num_computed_tokens = r.num_computed_tokens;
+  s.token_ids.reserve(size_t(n));
+  for (int64_t k = 0; k < n; ++k) s.token_ids.push_back(r.token_at(r.num_computed_tokens + k));
+  const auto blocks = kv_.block_ids(r.id);
+  s.block_ids.assign(blocks.begin(), blocks.end());
+  s.sample = r.num_computed_tokens + n == r.num_tokens();
+  so.num_scheduled_tokens += n;
+  return s;
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  std::vector<std::pair<Request*, int64_t>> picked;
+  bool preempted = false;
 
   // Running requests, in priority order so that preemption takes from the back.
   std::sort(running_.begin(), running_.end(), [&](const Request* a, const Request* b) { return runs_before(a, b); });
@@ -54,46 +101,95 @@ SchedulerOutput Scheduler::schedule() {
       continue;
     }
     bool scheduled = true;
-    while (!kv_.allocate(*r, n)) {
-      // running_ is sorted, so the victim is the last one: never a request already scheduled.
+    while (!kv_.allocate_slots(*r, n)) {
+      // running_ is sorted, so the victim is the last one: never a request already picked.
       Request* victim = pick_victim();
       preempt(victim);
-      out.preempted.push_back(victim);
+      preempted = true;
       if (victim == r) {
         scheduled = false;
         break;
       }
     }
     if (!scheduled) continue;  // r left running_: index i now names the next request
-    out.chunks.push_back({r, n});
-    out.num_tokens += n;
+    picked.emplace_back(r, n);
     budget -= n;
     ++i;
   }
 
   // Waiting requests, only when nothing had to be preempted (the cache is under pressure).
-  if (out.preempted.empty()) {
-    while (!waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_num_seqs) {
-      Request* r = waiting_.front();
-      KvCacheManager::PrefixHit hit;
-      if (r->num_computed_tokens == 0) hit = kv_.find_cached_prefix(*r);
-      const int64_t remaining = r->num_tokens() - r->num_computed_tokens - hit.tokens;
-      const int64_t n = std::min(remaining, budget);
-      if (!kv_.allocate(*r, n, &hit)) break;  // wait for blocks to come free
-      if (r->status == RequestStatus::Waiting) {  // first admission, not a resumed preemption
-        r->num_cached_tokens = hit.tokens;
-        prefix_queries_ += int64_t(r->prompt.size());
-        prefix_hits_ += hit.tokens;
-      }
-      waiting_.pop_front();
-      r->status = RequestStatus::Running;
-      running_.push_back(r);
-      out.chunks.push_back({r, n});
-      out.num_tokens += n;
-      budget -= n;
+  while (!preempted && !waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_num_seqs) {
+    Request* r = waiting_.front();
+    KvCacheManager::PrefixHit hit;
+    if (r->num_computed_tokens == 0) hit = kv_.find_cached_prefix(*r);
+    const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens - hit.tokens(), budget);
+    if (!kv_.allocate_slots(*r, n, &hit)) break;  // wait for blocks to come free
+    if (r->status == RequestStatus::Waiting) {   // first admission, not a resumed preemption
+      r->num_cached_tokens = hit.tokens();
+      prefix_queries_ += int64_t(r->prompt.size());
+      prefix_hits_ += hit.tokens();
     }
+    waiting_.pop_front();
+    r->status = RequestStatus::Running;
+    running_.push_back(r);
+    picked.emplace_back(r, n);
+    budget -= n;
   }
+
+  for (auto [r, n] : picked) out.scheduled.push_back(make_scheduled(*r, n, out));
+  out.finished_request_ids = std::move(finished_since_last_step_);
+  finished_since_last_step_.clear();
   return out;
+}
+
+FinishReason Scheduler::check_stop(Request& r) const {
+  const int32_t t = r.output.back();
+  const int64_t produced = int64_t(r.output.size());
+  const SamplingParams& p = r.params;
+  const bool may_stop = produced >= p.min_tokens;
+  if (may_stop && !p.ignore_eos && std::count(r.eos_token_ids.begin(), r.eos_token_ids.end(), t))
+    return FinishReason::Stop;
+  if (may_stop && std::count(p.stop_token_ids.begin(), p.stop_token_ids.end(), t)) {
+    r.stop_token = t;
+    return FinishReason::Stop;
+  }
+  if (produced >= p.max_tokens || r.num_tokens() >= config_.max_model_len) return FinishReason::Length;
+  return FinishReason::None;
+}
+
+std::vector<EngineCoreOutput> Scheduler::update_from_output(const SchedulerOutput& so, const ModelRunnerOutput& out) {
+  if (out.requests.size() != so.scheduled.size())
+    throw Error("internal: the executor answered " + std::to_string(out.requests.size()) + " of " +
+                std::to_string(so.scheduled.size()) + " scheduled requests");
+  std::vector<EngineCoreOutput> outputs;
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
+    const RequestRunnerOutput& ro = out.requests[i];
+    auto it = requests_.find(s.request_id);
+    if (it == requests_.end() || ro.request_id != s.request_id) continue;  // ended meanwhile
+    Request& r = *it->second;
+    r.num_computed_tokens = s.num_computed_tokens + int64_t(s.token_ids.size());
+    kv_.cache_blocks(r, r.num_computed_tokens);  // every computed token is final (no drafts yet)
+
+    EngineCoreOutput o;
+    o.request_id = r.id;
+    o.num_cached_tokens = r.num_cached_tokens;
+    o.prompt_logprobs = ro.prompt_logprobs;
+    for (size_t k = 0; k < ro.sampled_token_ids.size() && !o.finished(); ++k) {
+      r.output.push_back(ro.sampled_token_ids[k]);
+      o.new_token_ids.push_back(ro.sampled_token_ids[k]);
+      if (k < ro.logprobs.size()) o.logprobs.push_back(ro.logprobs[k]);
+      o.finish_reason = check_stop(r);
+    }
+    o.stop_token = r.stop_token;
+    if (o.new_token_ids.empty() && o.prompt_logprobs.empty()) continue;
+    if (o.finished()) {
+      finish(r, o.finish_reason);
+      requests_.erase(it);
+    }
+    outputs.push_back(std::move(o));
+  }
+  return outputs;
 }
 
 }  // namespace kimi

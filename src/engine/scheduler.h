@@ -1,16 +1,24 @@
 #pragma once
-// Decides what runs in each engine step (vLLM v1's scheduler): running requests first (a decode
-// token each, or the next chunk of a long prefill), then waiting ones in priority/arrival order,
-// within --max-num-seqs sequences and --max-num-batched-tokens tokens. When the KV cache runs
-// out, the lowest-priority (else newest) running request is preempted: its blocks are freed and
-// it goes back to the front of the queue, to be recomputed later.
+// Decides what runs in each engine step (vLLM v1's scheduler) and books its results.
+// schedule(): running requests first (a decode token each, or the next chunk of a long prefill),
+// then waiting ones in priority/arrival order, within --max-num-seqs sequences and
+// --max-num-batched-tokens tokens; when the KV cache runs out, the lowest-priority (else newest)
+// running request is preempted: its blocks are freed and it goes back to the queue, to be
+// recomputed later. The result is plain data (scheduler_output.h) for the executor.
+// update_from_output(): advances each request by what the executor computed and sampled, checks
+// the token-level stops (EOS, stop_token_ids, max_tokens, max_model_len), registers the blocks
+// whose tokens are final in the prefix cache, and frees finished requests.
+// Stop strings are the front end's (output_processor.h): it calls finish_requests().
 #include <cstdint>
 #include <deque>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
 #include "engine/request.h"
+#include "engine/scheduler_output.h"
 
 namespace kimi {
 
@@ -21,41 +29,57 @@ struct SchedulerConfig {
   bool priority_policy = false;  // false: FCFS (vLLM's default); true: by `priority`, then arrival
 };
 
-struct ScheduledChunk {
-  Request* request;
-  int64_t num_new_tokens;  // tokens [num_computed_tokens, + num_new_tokens) run this step
-};
-
-struct SchedulerOutput {
-  std::vector<ScheduledChunk> chunks;
-  std::vector<Request*> preempted;
-  int64_t num_tokens = 0;
-  bool empty() const { return chunks.empty(); }
+// What a step did to one request, for the front end (vLLM's EngineCoreOutput).
+struct EngineCoreOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::vector<SampleResult> logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs;
+  FinishReason finish_reason = FinishReason::None;
+  int32_t stop_token = -1;
+  int64_t num_cached_tokens = 0;
+  bool finished() const { return finish_reason != FinishReason::None; }
 };
 
 class Scheduler {
  public:
   Scheduler(const SchedulerConfig& config, KvCacheManager& kv);
 
-  void add(Request* r);          // enters the waiting queue
-  void remove(Request* r);       // from whichever queue holds it; frees its blocks
+  // Queues a request (its id must be new).
+  void add_request(std::unique_ptr<Request> r);
+  // Ends requests from outside (aborts, stop strings): frees their blocks at once. Unknown ids
+  // are ignored. Returns the ids that were found.
+  std::vector<std::string> finish_requests(const std::vector<std::string>& ids, FinishReason reason);
+
   SchedulerOutput schedule();
+  std::vector<EngineCoreOutput> update_from_output(const SchedulerOutput& so, const ModelRunnerOutput& out);
+
+  const Request* request(const std::string& id) const;
+  bool has_unfinished() const { return !requests_.empty(); }
   int64_t num_running() const { return int64_t(running_.size()); }
   int64_t num_waiting() const { return int64_t(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
   // Prefix-cache accounting for admitted requests (prompt tokens looked up / found).
   int64_t prefix_queries() const { return prefix_queries_; }
   int64_t prefix_hits() const { return prefix_hits_; }
+  const KvCacheManager& kv_cache() const { return kv_; }
 
  private:
   bool runs_before(const Request* a, const Request* b) const;
+  void enqueue(Request* r);
   Request* pick_victim() const;
   void preempt(Request* r);
+  void finish(Request& r, FinishReason reason);
+  ScheduledRequest make_scheduled(Request& r, int64_t n, SchedulerOutput& so);
+  // Whether r's newest token ends it (EOS, stop_token_ids, max_tokens, max_model_len).
+  FinishReason check_stop(Request& r) const;
 
   SchedulerConfig config_;
   KvCacheManager& kv_;
+  std::map<std::string, std::unique_ptr<Request>> requests_;  // unfinished, by id
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
+  std::vector<std::string> finished_since_last_step_;  // told to the executor in the next output
   int64_t num_preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0;
 };
 

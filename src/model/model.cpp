@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -17,29 +18,46 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
       rope_(config_),
       pool_(options.num_threads) {}
 
-std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
+ForwardResult Model::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t D = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
+  const auto& seqs = batch.seqs;
 
   std::vector<SeqSlice> slices;
   int64_t n = 0;
-  for (const SequenceInput& s : seqs) {
+  for (const ForwardSequence& s : seqs) {
+    const int64_t len = int64_t(s.tokens.size());
     if (!s.kv.storage) throw Error("forward: sequence without a KV cache");
     if (s.tokens.empty()) throw Error("forward: sequence with no new tokens");
-    if (s.kv.length + int64_t(s.tokens.size()) > s.kv.capacity())
-      throw Error("forward: " + std::to_string(s.kv.length + int64_t(s.tokens.size())) +
-                  " tokens exceed the KV cache capacity of " + std::to_string(s.kv.capacity()));
-    slices.push_back({s.kv, n, int64_t(s.tokens.size())});
-    n += int64_t(s.tokens.size());
+    if (s.kv.length + len > s.kv.capacity())
+      throw Error("forward: " + std::to_string(s.kv.length + len) + " tokens exceed the KV cache capacity of " +
+                  std::to_string(s.kv.capacity()));
+    if (s.num_logits < 0 || s.num_logits > len) throw Error("forward: num_logits outside 0.." + std::to_string(len));
+    if (s.embedding_values.size() != s.embedding_offsets.size() * size_t(D))
+      throw Error("forward: embedding rows must be [offsets, hidden_size]");
+    for (int64_t off : s.embedding_offsets)
+      if (off < 0 || off >= len) throw Error("forward: embedding row offset outside the sequence's new tokens");
+    slices.push_back({s.kv, n, len});
+    n += len;
   }
+  for (int64_t l : batch.capture_hidden_layers)
+    if (l < 0 || l > c.num_hidden_layers) throw Error("forward: no layer " + std::to_string(l) + " to capture");
 
-  // Residual stream [n, hidden].
+  ForwardResult result;
+  result.num_tokens = n;
+  result.hidden_states.resize(batch.capture_hidden_layers.size() * size_t(n * D));
+  auto capture = [&](int64_t layer, const std::vector<float>& x) {
+    for (size_t i = 0; i < batch.capture_hidden_layers.size(); ++i)
+      if (batch.capture_hidden_layers[i] == layer) std::copy(x.begin(), x.end(), result.hidden_states.begin() + ptrdiff_t(i * x.size()));
+  };
+
+  // Residual stream [n, hidden]: token embeddings, or the rows given in their place.
   std::vector<float> x(static_cast<size_t>(n * D));
   {
     const size_t row_bytes = size_t(D) * dtype_size(weights_.embed.dtype);
     int64_t row = 0;
-    for (const SequenceInput& s : seqs)
+    for (const ForwardSequence& s : seqs) {
       for (int32_t tok : s.tokens) {
         if (tok < 0 || tok >= c.vocab_size)
           throw Error("token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
@@ -47,10 +65,15 @@ std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
         const auto* src = static_cast<const std::byte*>(weights_.embed.data) + size_t(tok) * row_bytes;
         convert_to_f32(weights_.embed.dtype, src, &x[size_t(row++ * D)], D);
       }
+      const int64_t first = row - int64_t(s.tokens.size());
+      for (size_t i = 0; i < s.embedding_offsets.size(); ++i)
+        std::copy_n(s.embedding_values.begin() + ptrdiff_t(i * size_t(D)), D, &x[size_t((first + s.embedding_offsets[i]) * D)]);
+    }
   }
 
   std::vector<float> xn(static_cast<size_t>(n * D)), y(static_cast<size_t>(n * D));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    capture(l, x);
     const LayerWeights& L = weights_.layers[size_t(l)];
     rms_norm_to(x.data(), xn.data(), n, D, L.input_norm.data(), eps);
     mla_attention(c, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
@@ -61,26 +84,27 @@ std::vector<float> Model::forward(std::span<const SequenceInput> seqs) {
     else mlp_forward(*L.dense, xn.data(), n, pool_, y.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
+  capture(c.num_hidden_layers, x);
 
   // Only the rows whose logits are wanted go through the final norm and the (large) lm_head.
   std::vector<float> h;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const int64_t first = seqs[i].all_logits ? slices[i].first_row : slices[i].first_row + slices[i].n_tokens - 1;
     const int64_t end = slices[i].first_row + slices[i].n_tokens;
-    h.insert(h.end(), x.begin() + first * D, x.begin() + end * D);
+    h.insert(h.end(), x.begin() + (end - seqs[i].num_logits) * D, x.begin() + end * D);
   }
-  const int64_t rows = int64_t(h.size()) / D;
-  rms_norm(h.data(), rows, D, D, weights_.final_norm.data(), eps);
-  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
-  matmul(pool_, weights_.lm_head, h.data(), rows, logits.data());
-  return logits;
+  result.logit_rows = int64_t(h.size()) / D;
+  rms_norm(h.data(), result.logit_rows, D, D, weights_.final_norm.data(), eps);
+  result.logits.resize(static_cast<size_t>(result.logit_rows * c.vocab_size));
+  if (result.logit_rows > 0) matmul(pool_, weights_.lm_head, h.data(), result.logit_rows, result.logits.data());
+  return result;
 }
 
-std::vector<float> Model::forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits) {
-  const SequenceInput in{tokens, cache.view(), all_logits};
-  std::vector<float> logits = forward({&in, 1});
+std::vector<float> forward_sequence(Model& model, std::span<const int32_t> tokens, KvCache& cache, bool all_logits) {
+  ForwardBatch batch;
+  batch.seqs.push_back({.tokens = tokens, .kv = cache.view(), .num_logits = all_logits ? int64_t(tokens.size()) : 1});
+  ForwardResult r = model.forward(batch);
   cache.set_length(cache.length() + int64_t(tokens.size()));
-  return logits;
+  return std::move(r.logits);
 }
 
 }  // namespace kimi

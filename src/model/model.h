@@ -24,12 +24,32 @@ struct ModelOptions {
   QuantizationRequest quantization{};  // --quantization: as stored, or quantize float weights on load
 };
 
-// One sequence's part of a forward step: its new tokens (written to its cache at positions
-// kv.length ...) and whether logits are wanted for all of them or only the last one.
-struct SequenceInput {
-  std::span<const int32_t> tokens;
+// One sequence's part of a forward step. The contract with the cache: forward writes exactly the
+// rows [kv.length, kv.length + tokens.size()) of every layer through kv (the new tokens' latents
+// and rope keys), reads rows [0, kv.length + tokens.size()), and writes nothing else; advancing the
+// sequence's length is the caller's.
+struct ForwardSequence {
+  std::span<const int32_t> tokens;  // new tokens, at positions kv.length ...
   KvView kv;
-  bool all_logits = false;
+  // Rows that replace the token embeddings of tokens[embedding_offsets[i]] (vision encoder
+  // output): embedding_values is [embedding_offsets.size(), hidden_size].
+  std::span<const int64_t> embedding_offsets;
+  std::span<const float> embedding_values;
+  int64_t num_logits = 1;  // logits for the last num_logits tokens (0 .. tokens.size())
+};
+
+struct ForwardBatch {
+  std::vector<ForwardSequence> seqs;
+  // Return the hidden states entering these layers for every token (num_hidden_layers: the
+  // output of the last layer, before the final norm). Eagle3 drafts read three layers, MTP the last.
+  std::vector<int64_t> capture_hidden_layers;
+};
+
+struct ForwardResult {
+  std::vector<float> logits;         // [logit_rows, vocab_size]: per sequence in order, its last num_logits tokens
+  int64_t logit_rows = 0;
+  std::vector<float> hidden_states;  // [capture_hidden_layers.size(), num_tokens, hidden_size]
+  int64_t num_tokens = 0;            // tokens of all sequences, in order
 };
 
 class Model {
@@ -45,13 +65,10 @@ class Model {
 
   KvCache new_cache(int64_t capacity_tokens) const { return KvCache(config_, capacity_tokens); }
 
-  // Runs one step and returns the logits, [rows, vocab_size] row-major, where the rows are, per
-  // sequence in order, every new token (all_logits) or just its last one. Writes the new
-  // tokens' cache rows; advancing each sequence's length is the caller's. Throws kimi::Error
-  // for out-of-range token ids or a block table too short for the new tokens.
-  std::vector<float> forward(std::span<const SequenceInput> seqs);
-  // One sequence with its own contiguous cache, which grows by the tokens.
-  std::vector<float> forward(std::span<const int32_t> tokens, KvCache& cache, bool all_logits = false);
+  // Runs one step over every sequence of the batch (see ForwardSequence for what it writes).
+  // Throws kimi::Error for out-of-range token ids, bad embedding rows or a block table too short
+  // for the new tokens.
+  ForwardResult forward(const ForwardBatch& batch);
 
  private:
   ModelConfig config_;
@@ -61,5 +78,10 @@ class Model {
   Rope rope_;
   ThreadPool pool_;
 };
+
+// Runs tokens through one sequence with its own contiguous cache and appends them to it (offline
+// use and tests); logits for every token (all_logits) or the last one.
+std::vector<float> forward_sequence(Model& model, std::span<const int32_t> tokens, KvCache& cache,
+                                    bool all_logits = false);
 
 }  // namespace kimi

@@ -1,0 +1,30 @@
+#pragma once
+// Where the model runs (vLLM's Executor): the engine hands it each step's SchedulerOutput and
+// gets a ModelRunnerOutput back, both plain data, so an implementation may run the model in this
+// process (InProcessExecutor), in worker processes or on other machines without the scheduler
+// noticing.
+#include <memory>
+
+#include "engine/model_runner.h"
+#include "engine/scheduler_output.h"
+
+namespace kimi {
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual ModelRunnerOutput execute_model(const SchedulerOutput& so) = 0;
+};
+
+// The model and its KV storage in this process, run by the calling thread.
+class InProcessExecutor final : public Executor {
+ public:
+  InProcessExecutor(Model& model, const KvCacheConfig& kv) : runner_(model, kv) {}
+  ModelRunnerOutput execute_model(const SchedulerOutput& so) override { return runner_.execute(so); }
+  ModelRunner& runner() { return runner_; }
+
+ private:
+  ModelRunner runner_;
+};
+
+}  // namespace kimi
