@@ -3,7 +3,7 @@
 
 #include "args.h"
 #include "common/error.h"
-#include "format/gguf_deepseek2.h"
+#include "export/gguf_deepseek2.h"
 
 namespace kimi::cli {
 

@@ -16,7 +16,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "format/checkpoint.h"
-#include "format/gguf_deepseek2.h"
+#include "export/gguf_deepseek2.h"
 #include "format/gguf_writer.h"
 #include "format/model_config.h"
 #include "model/tensor_layout.h"

@@ -1,4 +1,4 @@
-#include "format/gguf_deepseek2.h"
+#include "export/gguf_deepseek2.h"
 
 #include <cstring>
 #include <vector>
