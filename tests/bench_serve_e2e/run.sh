@@ -8,6 +8,7 @@
 # Usage: run.sh KIMI_BINARY WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../serve_port.sh"
 kimi=$1
 work=$2
 rm -rf "$work"
@@ -33,14 +34,7 @@ fail() {
 "$kimi" serve "$work/tiny" --host 127.0.0.1 --port 0 --served-model-name kimi-tiny --api-key e2e-key \
   --max-model-len 512 >"$work/server.log" 2>&1 &
 server_pid=$!
-port=
-for _ in $(seq 600); do
-  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9][0-9]*\) .*|\1|p' "$work/server.log" | head -n 1)
-  [ -n "$port" ] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "the server did not report its port"
+wait_for_port "$work/server.log" "$server_pid"
 base=http://127.0.0.1:$port
 node -e '
   const url = process.argv[1] + "/health";

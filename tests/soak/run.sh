@@ -4,6 +4,7 @@
 # Usage: run.sh KIMI_BINARY WORK_DIR
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../serve_port.sh"
 kimi=$1
 work=$2
 rm -rf "$work"
@@ -20,14 +21,7 @@ fail() {
 "$kimi" serve "$work/tiny" --host 127.0.0.1 --port 0 --served-model-name soak --max-model-len 256 \
   --max-num-seqs 8 --kv-cache-memory 4000000 >"$work/server.log" 2>&1 &
 server_pid=$!
-port=
-for _ in $(seq 600); do
-  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9][0-9]*\) .*|\1|p' "$work/server.log" | head -n 1)
-  [ -n "$port" ] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "the server exited"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "the server did not report its port"
+wait_for_port "$work/server.log" "$server_pid"
 node "$here/soak.mjs" "http://127.0.0.1:$port" "$server_pid" "${SOAK_WAVES:-4}" "${SOAK_PER_WAVE:-16}" "${SOAK_SEED:-7}" ||
   fail "soak.mjs failed"
 status=0
