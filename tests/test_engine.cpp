@@ -14,16 +14,8 @@
 namespace kimi {
 namespace {
 
-class EngineTest : public ::testing::Test {
+class EngineTest : public test::TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{.num_threads = 2});
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
   void TearDown() override {
     for (Engine* e : engines_) {
       EXPECT_FALSE(e->has_unfinished());
@@ -64,13 +56,9 @@ class EngineTest : public ::testing::Test {
     return p;
   }
 
-  static test::TempDir* dir_;
-  static Model* model_;
   std::vector<std::unique_ptr<Engine>> owned_;
   std::vector<Engine*> engines_;
 };
-test::TempDir* EngineTest::dir_ = nullptr;
-Model* EngineTest::model_ = nullptr;
 
 TEST_F(EngineTest, BatchedGreedyEqualsAlone) {
   std::vector<std::vector<int32_t>> prompts;

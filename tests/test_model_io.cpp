@@ -14,16 +14,8 @@
 namespace kimi {
 namespace {
 
-class ModelIo : public ::testing::Test {
+class ModelIo : public test::TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    model_ = new Model(test::make_tiny_model(*dir_), ModelOptions{.num_threads = 2});
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete dir_;
-  }
   static std::vector<float> embedding(int32_t token) {
     const int64_t D = model_->config().hidden_size;
     const WeightMatrix& e = model_->weights().embed;
@@ -38,8 +30,6 @@ class ModelIo : public ::testing::Test {
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
     return m;
   }
-  static inline test::TempDir* dir_ = nullptr;
-  static inline Model* model_ = nullptr;
   const std::vector<int32_t> tokens_ = {5, 17, 300, 42, 9, 77};
 };
 

@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 
 #include "common/error.h"
+#include "model/model.h"
 #include "modelgen/make_model.h"
 
 namespace kimi::test {
@@ -39,6 +41,21 @@ inline std::filesystem::path make_tiny_model(const TempDir& dir, const std::stri
   make_model(out, options);
   return out;
 }
+
+// A suite whose tests share one tiny model, made and loaded once for the suite.
+class TinyModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<TempDir>();
+    model_ = std::make_unique<Model>(make_tiny_model(*dir_), ModelOptions{.num_threads = 2});
+  }
+  static void TearDownTestSuite() {
+    model_.reset();
+    dir_.reset();
+  }
+  static inline std::unique_ptr<TempDir> dir_;
+  static inline std::unique_ptr<Model> model_;
+};
 
 // The message of the kimi::Error that f throws; a test failure if it throws nothing or another type.
 inline std::string error_of(const std::function<void()>& f) {
