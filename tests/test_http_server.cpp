@@ -315,6 +315,25 @@ TEST_F(HttpServerTest, SlowClientsDoNotStarveHealth) {
   EXPECT_LT(seconds_since(t0), 1.0);
 }
 
+TEST_F(HttpServerTest, BusyWorkersDoNotStarveCheapEndpoints) {
+  HttpConfig hc;
+  hc.threads = 2;
+  start(hc);
+  RawClient a(port()), b(port());
+  ASSERT_TRUE(a.send(post("/v1/completions", long_completion(true))));
+  ASSERT_TRUE(b.send(post("/v1/completions", long_completion(true))));
+  const auto deadline = Clock::now() + 3s;
+  while (engine_->stats().running < 2 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(engine_->stats().running, 2);  // both workers hold a stream
+  for (const char* path : {"/health", "/v1/models", "/metrics", "/version"}) {
+    const auto t0 = Clock::now();
+    RawClient c(port());
+    ASSERT_TRUE(c.send(get(path)));
+    EXPECT_EQ(c.read_response(3000ms).status, 200) << path;
+    EXPECT_LT(seconds_since(t0), 1.0) << path;
+  }
+}
+
 TEST_F(HttpServerTest, NonStreamingRequestIsAbortedWhenTheClientHangsUp) {
   start();
   {
@@ -334,7 +353,7 @@ TEST_F(HttpServerTest, NonStreamingRequestIsAbortedWhenTheClientHangsUp) {
 TEST_F(HttpServerTest, DrainingAnswers503AndHealth503) {
   start();
   RawClient busy(port());
-  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 1000))));
+  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 600))));
   const auto deadline = Clock::now() + 3s;
   while (engine_->stats().running == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
   ASSERT_EQ(engine_->stats().running, 1);

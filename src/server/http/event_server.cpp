@@ -343,6 +343,9 @@ bool Exchange::keep_alive() const { return keep_alive_ && !server_.closing && !f
 
 Exchange::~Exchange() {
   if (streaming_ && !failed_) end_stream();
+  // The hook (it holds the job) must not outlive this request on a kept-alive connection.
+  std::lock_guard lock(conn_->mu);
+  conn_->hook = nullptr;
 }
 
 bool Exchange::client_gone() const { return conn_->gone.load(); }
