@@ -285,11 +285,11 @@ struct ServerState {
       {
         Exchange ex(c, std::move(req), *this);
         try {
-          handle(ex);
+          if (!c->gone) handle(ex);  // a client gone while queued starts nothing
         } catch (const std::exception& e) {
           if (!ex.responded()) ex.respond(error_response(500, std::string("internal error: ") + e.what()));
         }
-        if (!ex.responded()) ex.respond(error_response(500, "internal error: no response"));
+        if (!ex.responded() && !c->gone) ex.respond(error_response(500, "internal error: no response"));
         keep = ex.keep_alive();
       }
       std::lock_guard lock(mu);
