@@ -1,6 +1,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "common/error.h"
 #include "engine/async_engine.h"
 #include "model/model.h"
+#include "nlohmann/json.hpp"
 #include "server/http_server.h"
 #include "server/serving.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +28,19 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+// A list flag as vLLM takes it (a JSON list: '["http://a.example","http://b.example"]'), or
+// comma-separated.
+std::vector<std::string> list_flag(const std::string& name, const std::string& v) {
+  if (!v.empty() && v.front() == '[') {
+    try {
+      return nlohmann::json::parse(v).get<std::vector<std::string>>();
+    } catch (const std::exception& e) {
+      throw Error("--" + name + ": not a JSON list of strings: " + e.what());
+    }
+  }
+  return split_commas(v);
+}
+
 void usage() {
   std::printf(
       "usage: kimi serve MODEL_DIR [options]   (an OpenAI-compatible server, flags as in vllm serve)\n\n"
@@ -35,7 +50,11 @@ void usage() {
       "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
       "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
       "  --enable-auto-tool-choice  --trust-remote-code  --allowed-local-media-path DIR (accepted)\n"
-      "  --threads N (compute threads)  --api-threads N (256 connections)  --scheduling-policy fcfs|priority\n"
+      "  --threads N (compute threads)  --api-threads N (256 requests answered at once)  --scheduling-policy fcfs|priority\n"
+      "  --shutdown-timeout S (30: on SIGTERM/SIGINT wait at most S seconds for in-flight requests, then abort\n"
+      "    them; -1 waits without limit; a second signal aborts at once)\n"
+      "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
+      "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n");
 }
 
@@ -46,8 +65,9 @@ int run_serve(int argc, char** argv) {
                {"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
-                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization"},
-               {"help", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
+                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
+                "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers"},
+               {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
                 "trust-remote-code", "disable-log-requests", "disable-log-stats"});
   if (a.has("help") || a.positionals().size() != 1) {
     usage();
@@ -108,13 +128,32 @@ int run_serve(int argc, char** argv) {
   hc.port = int(a.get_int("port", 8000));
   hc.api_key = a.get("api-key", "");
   hc.threads = int(a.get_int("api-threads", 256));
+  if (a.has("allowed-origins")) hc.cors.allowed_origins = list_flag("allowed-origins", a.get("allowed-origins", ""));
+  if (a.has("allowed-methods")) hc.cors.allowed_methods = list_flag("allowed-methods", a.get("allowed-methods", ""));
+  if (a.has("allowed-headers")) hc.cors.allowed_headers = list_flag("allowed-headers", a.get("allowed-headers", ""));
+  hc.cors.allow_credentials = a.has("allow-credentials");
+  const double shutdown_s = a.get_double("shutdown-timeout", 30);
+  hc.shutdown_timeout = std::chrono::milliseconds(shutdown_s < 0 ? -1 : int64_t(shutdown_s * 1000));
   HttpServer server(serving, engine, hc);
 
+  // The first signal starts the graceful stop (drain, at most --shutdown-timeout); a second one
+  // aborts the in-flight requests, which are then answered, and the server exits.
+  std::atomic<bool> finished{false};
+  std::thread shutdown_thread;
   std::thread signal_thread([&] {
-    int sig = 0;
-    sigwait(&signals, &sig);
-    std::fprintf(stderr, "kimi serve: signal %d, finishing in-flight requests\n", sig);
-    server.stop();
+    int seen = 0;
+    while (!finished) {
+      const timespec poll_interval{0, 100'000'000};
+      const int sig = sigtimedwait(&signals, nullptr, &poll_interval);
+      if (sig < 0) continue;
+      if (++seen == 1) {
+        std::fprintf(stderr, "kimi serve: signal %d, finishing in-flight requests (a second signal stops at once)\n", sig);
+        shutdown_thread = std::thread([&] { server.stop(); });
+      } else if (seen == 2) {
+        std::fprintf(stderr, "kimi serve: signal %d again, aborting in-flight requests\n", sig);
+        server.abort_in_flight();
+      }
+    }
   });
   std::thread announcer([&] {
     for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -123,13 +162,10 @@ int run_serve(int argc, char** argv) {
   });
   const bool ok = server.listen();
   announcer.join();
-  if (!ok) {
-    pthread_kill(signal_thread.native_handle(), SIGTERM);  // release the signal thread
-    signal_thread.join();
-    throw Error("cannot listen on " + hc.host + ":" + std::to_string(hc.port));
-  }
-  // listen() returned: stop() ran, from the signal thread.
+  finished = true;
   signal_thread.join();
+  if (shutdown_thread.joinable()) shutdown_thread.join();
+  if (!ok) throw Error("cannot listen on " + hc.host + ":" + std::to_string(hc.port));
   std::fprintf(stderr, "kimi serve: stopped\n");
   return 0;
 }

@@ -1,11 +1,10 @@
 #include "bench/serve_client.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 
 #include "bench/serve_sse.h"
 #include "common/error.h"
+#include "server/http/client.h"
 
 namespace kimi {
 
@@ -38,32 +37,27 @@ std::string error_text(const std::string& body) {
   return excerpt(body);
 }
 
-// httplib's error names ("Connection", "Read") as a sentence a user can act on.
-std::string describe(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection: return "cannot connect (is the server running on that host and port?)";
-    case httplib::Error::ConnectionTimeout: return "connection timed out";
-    case httplib::Error::Read: return "the connection closed or timed out while reading the response";
-    case httplib::Error::Write: return "the connection closed while sending the request";
-    case httplib::Error::Canceled: return "canceled";
-    default: return httplib::to_string(e);
-  }
-}
-
-httplib::Headers headers_for(const ServeClientConfig& c) {
-  httplib::Headers h = {{"Accept", "text/event-stream, application/json"}};
-  if (!c.api_key.empty()) h.emplace("Authorization", "Bearer " + c.api_key);
+http::Headers headers_for(const ServeClientConfig& c) {
+  http::Headers h = {{"Accept", "text/event-stream, application/json"}};
+  if (!c.api_key.empty()) h.emplace_back("Authorization", "Bearer " + c.api_key);
   return h;
 }
 
-std::unique_ptr<httplib::Client> make_client(const ServeClientConfig& c, const BaseUrl& u) {
-  auto cli = std::make_unique<httplib::Client>(u.scheme_host_port);
-  const auto secs = [](double s) { return std::chrono::microseconds(int64_t(std::max(s, 0.001) * 1e6)); };
-  cli->set_connection_timeout(secs(c.connect_timeout_s));
-  cli->set_read_timeout(secs(c.request_timeout_s));
-  cli->set_write_timeout(secs(c.request_timeout_s));
-  cli->set_keep_alive(false);
-  return cli;
+http::ClientTimeouts timeouts_for(const ServeClientConfig& c) {
+  return {std::max(c.connect_timeout_s, 0.001), std::max(c.request_timeout_s, 0.001)};
+}
+
+// One request to the server at `u`: the status and the body (at most `limit` bytes kept).
+http::ClientError fetch(const ServeClientConfig& c, const BaseUrl& u, http::ClientRequest req, int& status,
+                        std::string& body, size_t limit = size_t(64) << 20) {
+  std::string host;
+  int port = 0;
+  if (!http::split_host_port(u.scheme_host_port, host, port)) return http::ClientError::Resolve;
+  return http::send_request(host, port, req, timeouts_for(c), [&](int s) { status = s; },
+                            [&](std::string_view piece) {
+                              body.append(piece.substr(0, limit - std::min(limit, body.size())));
+                              return true;
+                            });
 }
 
 }  // namespace
@@ -71,12 +65,16 @@ std::unique_ptr<httplib::Client> make_client(const ServeClientConfig& c, const B
 BaseUrl parse_base_url(const std::string& base_url) {
   const std::string scheme = "http://";
   if (base_url.rfind("https://", 0) == 0)
-    throw Error("--base-url '" + base_url + "': https is not supported (cpp-httplib is built without TLS here)");
+    throw Error("--base-url '" + base_url + "': https is not supported (put a TLS proxy in front)");
   if (base_url.rfind(scheme, 0) != 0 || base_url.size() == scheme.size())
     throw Error("--base-url '" + base_url + "' must look like http://HOST:PORT[/PREFIX]");
   const size_t slash = base_url.find('/', scheme.size());
   BaseUrl u;
   u.scheme_host_port = base_url.substr(0, slash);
+  std::string host;
+  int port = 0;
+  if (!http::split_host_port(u.scheme_host_port, host, port))
+    throw Error("--base-url '" + base_url + "' must look like http://HOST:PORT[/PREFIX]");
   if (slash != std::string::npos) u.path_prefix = base_url.substr(slash);
   while (!u.path_prefix.empty() && u.path_prefix.back() == '/') u.path_prefix.pop_back();
   return u;
@@ -177,13 +175,11 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
     return r.finish(request.prompt_len, e.what());
   }
   const std::string body = make_request_body(config, request).dump(-1, ' ', false, json::error_handler_t::replace);
-  const auto cli = make_client(config, url);
-
-  httplib::Request req;
+  http::ClientRequest req;
   req.method = "POST";
-  req.path = url.path_prefix + config.endpoint;
+  req.target = url.path_prefix + config.endpoint;
   req.headers = headers_for(config);
-  req.headers.emplace("Content-Type", "application/json");
+  req.headers.emplace_back("Content-Type", "application/json");
   req.body = body;
 
   const clock::time_point start = clock::now();
@@ -193,33 +189,32 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
   int status = 0;
   bool timed_out = false;
   std::string error_body;
-  req.response_handler = [&](const httplib::Response& r) {
-    status = r.status;
-    return true;
-  };
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (status != 200) {
-      error_body.append(data, std::min(n, size_t(4096) - std::min(error_body.size(), size_t(4096))));
-      return true;
-    }
-    parser.feed(std::string_view(data, n));
-    if (clock::now() > deadline) {
-      timed_out = true;
-      return false;
-    }
-    return true;  // read on after [DONE] or an error event: the server closes the stream
-  };
-
-  httplib::Response res;
-  httplib::Error err = httplib::Error::Success;
-  const bool ok = cli->send(req, res, err);
+  http::ClientError err = http::ClientError::Resolve;
+  std::string host;
+  int port = 0;
+  if (http::split_host_port(url.scheme_host_port, host, port)) {
+    err = http::send_request(host, port, req, timeouts_for(config), [&](int s) { status = s; },
+                             [&](std::string_view data) {
+                               if (status != 200) {
+                                 error_body.append(data.substr(0, size_t(4096) - std::min(error_body.size(), size_t(4096))));
+                                 return true;
+                               }
+                               parser.feed(data);
+                               if (clock::now() > deadline) {
+                                 timed_out = true;
+                                 return false;
+                               }
+                               return true;  // read on after [DONE] or an error event: the server closes the stream
+                             });
+  }
+  const bool ok = err == http::ClientError::None;
   std::string transport_error;
   if (timed_out) {
     transport_error = "request timed out after " + std::to_string(config.request_timeout_s) + " s";
   } else if (!ok && !recorder.done()) {
-    transport_error = "HTTP request to " + url.scheme_host_port + req.path + " failed: " + describe(err);
-  } else if (ok && res.status != 200) {
-    transport_error = "HTTP " + std::to_string(res.status) + ": " + error_text(error_body.empty() ? res.body : error_body);
+    transport_error = "HTTP request to " + url.scheme_host_port + req.target + " failed: " + http::describe(err);
+  } else if (ok && status != 200) {
+    transport_error = "HTTP " + std::to_string(status) + ": " + error_text(error_body);
   }
   if (transport_error.empty()) parser.finish();
   return recorder.finish(request.prompt_len, transport_error);
@@ -227,23 +222,33 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
 
 json http_get_json(const ServeClientConfig& config, const std::string& path) {
   const BaseUrl url = parse_base_url(config.base_url);
-  const auto cli = make_client(config, url);
-  const auto res = cli->Get(url.path_prefix + path, headers_for(config));
-  if (!res) throw Error("GET " + config.base_url + path + " failed: " + describe(res.error()));
-  if (res->status != 200) throw Error("GET " + config.base_url + path + ": HTTP " + std::to_string(res->status) + ": " + error_text(res->body));
-  json j = json::parse(res->body, nullptr, false);
+  http::ClientRequest req;
+  req.target = url.path_prefix + path;
+  req.headers = headers_for(config);
+  int status = 0;
+  std::string body;
+  const http::ClientError err = fetch(config, url, req, status, body);
+  if (err != http::ClientError::None) throw Error("GET " + config.base_url + path + " failed: " + http::describe(err));
+  if (status != 200) throw Error("GET " + config.base_url + path + ": HTTP " + std::to_string(status) + ": " + error_text(body));
+  json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) throw Error("GET " + config.base_url + path + ": the response is not JSON");
   return j;
 }
 
 json http_post_json(const ServeClientConfig& config, const std::string& path, const json& body) {
   const BaseUrl url = parse_base_url(config.base_url);
-  const auto cli = make_client(config, url);
-  const auto res = cli->Post(url.path_prefix + path, headers_for(config),
-                             body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
-  if (!res) throw Error("POST " + config.base_url + path + " failed: " + describe(res.error()));
-  if (res->status != 200) throw Error("POST " + config.base_url + path + ": HTTP " + std::to_string(res->status) + ": " + error_text(res->body));
-  json j = json::parse(res->body, nullptr, false);
+  http::ClientRequest req;
+  req.method = "POST";
+  req.target = url.path_prefix + path;
+  req.headers = headers_for(config);
+  req.headers.emplace_back("Content-Type", "application/json");
+  req.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  int status = 0;
+  std::string text;
+  const http::ClientError err = fetch(config, url, req, status, text);
+  if (err != http::ClientError::None) throw Error("POST " + config.base_url + path + " failed: " + http::describe(err));
+  if (status != 200) throw Error("POST " + config.base_url + path + ": HTTP " + std::to_string(status) + ": " + error_text(text));
+  json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) throw Error("POST " + config.base_url + path + ": the response is not JSON");
   return j;
 }

@@ -79,7 +79,7 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
 nlohmann::json http_get_json(const ServeClientConfig& config, const std::string& path);
 nlohmann::json http_post_json(const ServeClientConfig& config, const std::string& path, const nlohmann::json& body);
 
-// base_url split into what httplib connects to ("http://host:port") and a path prefix ("/api").
+// base_url split into what the client connects to ("http://host:port") and a path prefix ("/api").
 struct BaseUrl {
   std::string scheme_host_port;
   std::string path_prefix;

@@ -53,7 +53,7 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, s
   std::shared_ptr<RequestStream> stream(new RequestStream(id, params.n));
   {
     std::lock_guard lock(mu_);
-    if (draining_ || stop_) throw Error("the server is shutting down");
+    if (draining_ || stop_) throw EngineShuttingDown();
     if (streams_.count(id)) throw Error("a request with id '" + id + "' is already running");
     streams_.emplace(id, Entry{stream, params.n});
     pending_adds_.push_back({id, std::move(prompt), std::move(params), priority});
@@ -84,10 +84,48 @@ std::string AsyncEngine::render_metrics(const std::string& model_name) {
   return engine_.metrics().render_prometheus(model_name);  // Metrics is thread-safe
 }
 
-void AsyncEngine::drain() {
-  std::unique_lock lock(mu_);
+void AsyncEngine::begin_drain() {
+  std::lock_guard lock(mu_);
   draining_ = true;
-  drained_cv_.wait(lock, [&] { return streams_.empty(); });
+}
+
+bool AsyncEngine::draining() {
+  std::lock_guard lock(mu_);
+  return draining_;
+}
+
+bool AsyncEngine::wait_drained(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock lock(mu_);
+  if (!timeout) {
+    drained_cv_.wait(lock, [&] { return streams_.empty(); });
+    return true;
+  }
+  return drained_cv_.wait_for(lock, *timeout, [&] { return streams_.empty(); });
+}
+
+void AsyncEngine::drain() {
+  begin_drain();
+  wait_drained(std::nullopt);
+}
+
+void AsyncEngine::abort_all(const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    std::vector<std::string> ids;
+    for (const auto& [id, e] : streams_) ids.push_back(id);
+    for (const auto& id : ids) {
+      // The engine thread aborts it at its next round (after any pending add of the same id);
+      // the stream ends here, and the engine's own final output for it finds no stream.
+      pending_aborts_.push_back(id);
+      RequestOutput o;
+      o.request_id = id;
+      o.finished = true;
+      o.finish_reason = FinishReason::Abort;
+      o.error = reason;
+      for (int n = streams_.at(id).open_completions; n > 0; --n) deliver(o);
+    }
+  }
+  cv_.notify_all();
 }
 
 void AsyncEngine::deliver(RequestOutput o) {

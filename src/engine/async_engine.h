@@ -12,9 +12,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/error.h"
 #include "engine/engine.h"
 
 namespace kimi {
+
+// add_request() while the server drains for shutdown: the client should retry elsewhere (503).
+class EngineShuttingDown : public Error {
+ public:
+  EngineShuttingDown() : Error("the server is shutting down") {}
+};
 
 // The outputs of one request, in order; the last one has finished == true.
 class RequestStream {
@@ -53,8 +60,16 @@ class AsyncEngine {
   int64_t num_waiting();
   std::string render_metrics(const std::string& model_name);
   int64_t max_model_len() const { return max_model_len_; }
-  // Stops taking requests and waits until the in-flight ones have finished (graceful shutdown).
+  // Graceful shutdown: begin_drain() stops taking requests (add_request throws
+  // EngineShuttingDown); wait_drained() waits until the in-flight ones have finished, at most
+  // `timeout` (nullopt: no limit), and says whether they have; drain() is both without limit.
+  void begin_drain();
+  bool draining();
+  bool wait_drained(std::optional<std::chrono::milliseconds> timeout);
   void drain();
+  // Aborts every accepted request now; each stream ends with an output carrying `reason` as its
+  // error, so that its client is answered (the drain's time limit, a second signal).
+  void abort_all(const std::string& reason);
 
  private:
   void loop();

@@ -1,24 +1,35 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <algorithm>
+#include <atomic>
 
 #include "server/api_error.h"
+#include "server/http/event_server.h"
 
 namespace kimi {
 
 namespace {
 
-void send_json(httplib::Response& res, int status, const ojson& body) {
-  res.status = status;
-  res.set_content(body.dump(-1, ' ', false, ojson::error_handler_t::replace), "application/json");
+using http::Exchange;
+using http::Headers;
+using http::Response;
+
+std::string dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
+
+Response json_response(int status, const ojson& body, const Headers& extra = {}) {
+  Response r;
+  r.status = status;
+  r.headers = extra;
+  r.headers.emplace_back("Content-Type", "application/json");
+  r.body = dump(body);
+  return r;
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = {}) {
-  send_json(res, status, error_body(status, message, param));
+Response error_response(int status, const std::string& message, const Headers& extra = {}, const std::string& param = {}) {
+  return json_response(status, error_body(status, message, param), extra);
 }
 
-ojson parse_body(const httplib::Request& req) {
+ojson parse_body(const http::HttpRequest& req) {
   try {
     return ojson::parse(req.body);
   } catch (const std::exception& e) {
@@ -26,139 +37,264 @@ ojson parse_body(const httplib::Request& req) {
   }
 }
 
-class SinkWriter : public EventWriter {
+class ExchangeWriter : public EventWriter {
  public:
-  explicit SinkWriter(httplib::DataSink& sink) : sink_(sink) {}
-  bool write(std::string_view data) override { return sink_.is_writable() && sink_.write(data.data(), data.size()); }
+  explicit ExchangeWriter(Exchange& ex) : ex_(ex) {}
+  bool write(std::string_view data) override { return ex_.write(data); }
 
  private:
-  httplib::DataSink& sink_;
+  Exchange& ex_;
 };
 
 // Runs a request handler, turning every failure into an OpenAI-style error response.
 template <class F>
-void guarded(httplib::Response& res, F&& f) {
+void guarded(Exchange& ex, const Headers& extra, F&& f) {
   try {
     f();
+  } catch (const EngineShuttingDown& e) {
+    // 503 is what clients and SDKs retry (elsewhere, or after a restart); a 400 they do not.
+    ex.respond(error_response(503, e.what(), extra));
   } catch (const ApiError& e) {
-    send_error(res, e.status(), e.what(), e.param());
+    ex.respond(error_response(e.status(), e.what(), extra, e.param()));
   } catch (const Error& e) {
-    // Engine-side validation (bad parameters, shutting down) is the client's to fix or retry.
-    const std::string msg = e.what();
-    send_error(res, msg.find("shutting down") != std::string::npos ? 503 : 400, msg);
+    ex.respond(error_response(400, e.what(), extra));  // engine-side validation: the client's to fix
   } catch (const std::exception& e) {
-    send_error(res, 500, std::string("internal error: ") + e.what());
+    ex.respond(error_response(500, std::string("internal error: ") + e.what(), extra));
   }
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool contains(const std::vector<std::string>& list, const std::string& v) {
+  return std::find(list.begin(), list.end(), v) != list.end();
+}
+
+std::string join(const std::vector<std::string>& list) {
+  std::string out;
+  for (const auto& s : list) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::vector<std::string> split_list(const std::string& v) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= v.size()) {
+    size_t e = v.find(',', b);
+    if (e == std::string::npos) e = v.size();
+    std::string item = v.substr(b, e - b);
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+    b = e + 1;
+  }
+  return out;
+}
+
+bool cheap_route(const http::HttpRequest& r) {
+  if (r.method == "OPTIONS") return true;
+  if (r.method != "GET" && r.method != "HEAD") return false;
+  return r.path == "/health" || r.path == "/version" || r.path == "/v1/models" || r.path == "/metrics";
 }
 
 }  // namespace
 
 HttpServer::HttpServer(OpenAiServing& serving, AsyncEngine& engine, HttpConfig config)
-    : serving_(serving), engine_(engine), config_(std::move(config)), server_(std::make_unique<httplib::Server>()) {
-  // httplib owns the queue it gets; a streaming response holds a worker thread for its whole
-  // life, so the pool must be as large as the number of concurrent streams we want to serve.
-  const int threads = config_.threads;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  server_->set_payload_max_length(config_.max_body_bytes);
-  server_->set_keep_alive_max_count(1000);
-  routes();
+    : serving_(serving), engine_(engine), config_(std::move(config)) {
+  http::ServerOptions o;
+  o.limits.max_body_bytes = config_.max_body_bytes;
+  o.work_threads = std::max(1, config_.threads);
+  o.header_timeout = config_.header_timeout;
+  o.body_timeout = config_.body_timeout;
+  o.idle_timeout = config_.idle_timeout;
+  server_ = std::make_unique<http::Server>(
+      o, [](const http::HttpRequest& r) { return cheap_route(r) ? http::Lane::Control : http::Lane::Work; },
+      [this](Exchange& ex) { handle(ex); },
+      [](int status, const std::string& message) {
+        return error_response(status, status == 413 ? "the request body is too large" : message);
+      });
 }
 
 HttpServer::~HttpServer() = default;
 
-void HttpServer::routes() {
-  httplib::Server& s = *server_;
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (config_.api_key.empty() || !req.path.starts_with("/v1/")) return httplib::Server::HandlerResponse::Unhandled;
-    if (req.get_header_value("Authorization") == "Bearer " + config_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, 401, "Unauthorized: a valid 'Authorization: Bearer <key>' header is required");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string msg = "internal error";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      msg += std::string(": ") + e.what();
-    } catch (...) {
-    }
-    send_error(res, 500, msg);
-  });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 413) send_error(res, 413, "the request body is too large");
-    else if (res.status == 404) send_error(res, 404, "no route for " + req.method + " " + req.path);
-    else send_error(res, res.status, "HTTP error " + std::to_string(res.status));
-  });
+bool HttpServer::draining() const { return engine_.draining(); }
 
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
-  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"version", KIMI_VERSION}});
-  });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { send_json(res, 200, serving_.models()); });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(engine_.render_metrics(serving_.config().served_model_names[0]), "text/plain; version=0.0.4");
-  });
-  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { send_json(res, 200, serving_.tokenize(parse_body(req))); });
-  });
-  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    guarded(res, [&] { send_json(res, 200, serving_.detokenize(parse_body(req))); });
-  });
-  auto generation = [this](bool chat) {
-    return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
-        const ojson body = parse_body(req);
-        std::shared_ptr<ResponseJob> job = chat ? serving_.start_chat(body) : serving_.start_completion(body);
-        if (!job->streaming()) {
-          send_json(res, 200, job->collect());
-          return;
-        }
-        res.set_header("Cache-Control", "no-cache");
-        res.set_chunked_content_provider("text/event-stream", [job](size_t, httplib::DataSink& sink) {
-          SinkWriter w(sink);
-          try {
-            job->stream(w);
-          } catch (const std::exception& e) {
-            w.write("data: " + error_body(500, e.what()).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n");
-          }
-          sink.done();
-          return true;
-        });
-      });
-    };
+void HttpServer::handle(Exchange& ex) {
+  const http::HttpRequest& req = ex.request();
+  const CorsConfig& cors = config_.cors;
+  Headers cors_headers;
+  const std::string* origin = cors.allowed_origins.empty() ? nullptr : req.header("Origin");
+  const bool any_origin = contains(cors.allowed_origins, "*");
+  const bool origin_ok = origin && (any_origin || contains(cors.allowed_origins, *origin));
+  auto allow_origin = [&](Headers& h) {
+    if (any_origin && !cors.allow_credentials) {
+      h.emplace_back("Access-Control-Allow-Origin", "*");
+    } else {
+      h.emplace_back("Access-Control-Allow-Origin", *origin);
+      h.emplace_back("Vary", "Origin");
+    }
+    if (cors.allow_credentials) h.emplace_back("Access-Control-Allow-Credentials", "true");
   };
-  s.Post("/v1/completions", generation(false));
-  s.Post("/v1/chat/completions", generation(true));
+
+  // CORS preflight (the browser asks before a cross-origin POST with JSON or Authorization);
+  // answered before auth, as browsers send no credentials with it.
+  const std::string* preflight_method = req.header("Access-Control-Request-Method");
+  if (req.method == "OPTIONS" && origin && preflight_method) {
+    std::vector<std::string> refused;
+    if (!origin_ok) refused.push_back("origin");
+    if (!contains(cors.allowed_methods, "*") && !contains(cors.allowed_methods, *preflight_method))
+      refused.push_back("method");
+    const std::string* asked = req.header("Access-Control-Request-Headers");
+    const std::vector<std::string> asked_list = asked ? split_list(lower(*asked)) : std::vector<std::string>{};
+    if (!contains(cors.allowed_headers, "*")) {
+      std::vector<std::string> allowed = {"accept", "accept-language", "content-language", "content-type"};
+      for (const auto& h : cors.allowed_headers) allowed.push_back(lower(h));
+      for (const auto& h : asked_list)
+        if (!contains(allowed, h)) {
+          refused.push_back("headers");
+          break;
+        }
+    }
+    Response r;
+    r.headers.emplace_back("Content-Type", "text/plain; charset=utf-8");
+    if (!refused.empty()) {
+      r.status = 400;
+      r.body = "Disallowed CORS " + join(refused);
+    } else {
+      allow_origin(r.headers);
+      r.headers.emplace_back("Access-Control-Allow-Methods", contains(cors.allowed_methods, "*")
+                                                                 ? "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
+                                                                 : join(cors.allowed_methods));
+      r.headers.emplace_back("Access-Control-Max-Age", "600");
+      if (contains(cors.allowed_headers, "*")) {
+        if (asked) r.headers.emplace_back("Access-Control-Allow-Headers", *asked);
+      } else {
+        r.headers.emplace_back("Access-Control-Allow-Headers",
+                               join({"Accept", "Accept-Language", "Content-Language", "Content-Type"}) +
+                                   (cors.allowed_headers.empty() ? "" : ", " + join(cors.allowed_headers)));
+      }
+      r.body = "OK";
+    }
+    ex.respond(std::move(r));
+    return;
+  }
+  if (origin_ok) allow_origin(cors_headers);
+  route(ex, cors_headers);
+}
+
+void HttpServer::route(Exchange& ex, Headers& extra) {
+  const http::HttpRequest& req = ex.request();
+  const std::string& path = req.path;
+  const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
+
+  if (!config_.api_key.empty() && path.starts_with("/v1/")) {
+    const std::string* auth = req.header("Authorization");
+    if (!auth || *auth != "Bearer " + config_.api_key) {
+      ex.respond(error_response(401, "Unauthorized: a valid 'Authorization: Bearer <key>' header is required", extra));
+      return;
+    }
+  }
+
+  auto method_not_allowed = [&](const char* allow) {
+    Headers h = extra;
+    h.emplace_back("Allow", allow);
+    ex.respond(error_response(405, "method " + req.method + " is not allowed on " + path, h));
+  };
+
+  if (path == "/health") {
+    if (!get) return method_not_allowed("GET, HEAD");
+    if (draining()) {
+      // Load balancers take a draining server out of rotation on this.
+      ex.respond(error_response(503, "the server is shutting down", extra));
+      return;
+    }
+    Response r;
+    r.headers = extra;
+    ex.respond(std::move(r));
+    return;
+  }
+  if (path == "/version") {
+    if (!get) return method_not_allowed("GET, HEAD");
+    ex.respond(json_response(200, {{"version", KIMI_VERSION}}, extra));
+    return;
+  }
+  if (path == "/v1/models") {
+    if (!get) return method_not_allowed("GET, HEAD");
+    ex.respond(json_response(200, serving_.models(), extra));
+    return;
+  }
+  if (path == "/metrics") {
+    if (!get) return method_not_allowed("GET, HEAD");
+    Response r;
+    r.headers = extra;
+    r.headers.emplace_back("Content-Type", "text/plain; version=0.0.4");
+    r.body = engine_.render_metrics(serving_.config().served_model_names[0]);
+    ex.respond(std::move(r));
+    return;
+  }
+  if (path == "/tokenize" || path == "/detokenize") {
+    if (!post) return method_not_allowed("POST");
+    guarded(ex, extra, [&] {
+      const ojson body = parse_body(req);
+      ex.respond(json_response(200, path == "/tokenize" ? serving_.tokenize(body) : serving_.detokenize(body), extra));
+    });
+    return;
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (!post) return method_not_allowed("POST");
+    guarded(ex, extra, [&] {
+      const ojson body = parse_body(req);
+      if (draining()) throw EngineShuttingDown();
+      std::shared_ptr<ResponseJob> job =
+          path == "/v1/chat/completions" ? serving_.start_chat(body) : serving_.start_completion(body);
+      // A client that hangs up, streaming or not, must not leave its request running.
+      ex.on_hangup([job] { job->cancel(); });
+      if (!job->streaming()) {
+        ojson out = job->collect();
+        if (!ex.client_gone()) ex.respond(json_response(200, out, extra));
+        return;
+      }
+      Headers h = extra;
+      h.emplace_back("Content-Type", "text/event-stream");
+      h.emplace_back("Cache-Control", "no-cache");
+      if (!ex.start_stream(200, h)) return;
+      ExchangeWriter w(ex);
+      try {
+        job->stream(w);
+      } catch (const std::exception& e) {
+        w.write("data: " + dump(error_body(500, e.what())) + "\n\n");
+      }
+      ex.end_stream();
+    });
+    return;
+  }
+  ex.respond(error_response(404, "no route for " + req.method + " " + path, extra));
 }
 
 bool HttpServer::listen() {
-  // httplib (the Debian library, compiled) listens with a backlog of 5: a burst of connections,
-  // such as a benchmark at --request-rate inf, overflows the accept queue and the kernel drops
-  // them, so clients wait for TCP retransmits (0.2 s, 1 s) or fail. The listening socket is
-  // caught as httplib creates it and listen() is called again with uvicorn's (vLLM's) backlog;
-  // the kernel caps it at net.core.somaxconn.
-  int listen_fd = -1;
-  server_->set_socket_options([&listen_fd](socket_t sock) {
-    httplib::default_socket_options(sock);
-    listen_fd = int(sock);
-  });
-  if (config_.port == 0) {
-    bound_port_ = server_->bind_to_any_port(config_.host);
-    if (bound_port_ <= 0) return false;
-  } else {
-    if (!server_->bind_to_port(config_.host, config_.port)) return false;
-    bound_port_ = config_.port;
-  }
-  server_->set_socket_options(httplib::default_socket_options);  // the lambda holds a local
-  if (listen_fd >= 0) ::listen(listen_fd, 2048);
-  return server_->listen_after_bind();
+  if (!server_->bind(config_.host, config_.port)) return false;
+  bound_port_ = server_->port();
+  server_->run();
+  return true;
 }
 
-void HttpServer::stop() {
-  engine_.drain();  // new generation requests now get 503; in-flight ones run to the end
+void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
+  engine_.begin_drain();   // new generation requests now get 503, /health 503
+  server_->set_closing();  // keep-alive connections close after their current answer
+  const bool drained = drain_timeout.count() < 0 ? engine_.wait_drained(std::nullopt) : engine_.wait_drained(drain_timeout);
+  if (!drained) {
+    engine_.abort_all("the server is shutting down: the request was aborted at the drain time limit");
+    engine_.wait_drained(std::chrono::seconds(5));
+  }
+  server_->wait_idle(std::chrono::seconds(5));  // the aborted requests' answers are written
   server_->stop();
+}
+
+void HttpServer::abort_in_flight() {
+  engine_.begin_drain();
+  engine_.abort_all("the server is shutting down: the request was aborted");
 }
 
 }  // namespace kimi

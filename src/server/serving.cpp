@@ -87,6 +87,10 @@ class EngineRequests {
   }
   std::vector<std::shared_ptr<RequestStream>>& streams() { return streams_; }
   AsyncEngine& engine() { return engine_; }
+  // ids_ is complete once submitted, so this may run beside the job's own thread.
+  void abort() {
+    for (const auto& id : ids_) engine_.abort_request(id);
+  }
 
  private:
   AsyncEngine& engine_;
@@ -108,6 +112,7 @@ class CompletionJob : public ResponseJob {
     }
   }
   bool streaming() const override { return r_.stream; }
+  void cancel() override { reqs_.abort(); }
 
   ojson collect() override {
     const size_t n = size_t(r_.params.n);
@@ -205,6 +210,7 @@ class ChatJob : public ResponseJob {
     reqs_.add(id_, reqs_.engine().add_request(id_, std::move(prompt), r_.params, r_.priority));
   }
   bool streaming() const override { return r_.stream; }
+  void cancel() override { reqs_.abort(); }
 
   ojson collect() override {
     std::vector<ChoiceState> choices(size_t(r_.params.n));
@@ -410,6 +416,8 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_completion(const ojson& body) 
     job->submit(std::move(prompts));
   } catch (const ApiError&) {
     throw;
+  } catch (const EngineShuttingDown&) {
+    throw;  // the HTTP layer answers 503
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }
@@ -447,6 +455,8 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
     job->submit(std::move(prompt));
   } catch (const ApiError&) {
     throw;
+  } catch (const EngineShuttingDown&) {
+    throw;  // the HTTP layer answers 503
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }

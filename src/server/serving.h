@@ -35,6 +35,8 @@ class ResponseJob {
   virtual bool streaming() const = 0;
   virtual ojson collect() = 0;                  // the whole response body
   virtual void stream(EventWriter& out) = 0;    // SSE "data:" events, ending with [DONE]
+  // Aborts the engine requests (the client hung up); any thread, while collect()/stream() runs.
+  virtual void cancel() = 0;
 };
 
 class OpenAiServing {
