@@ -21,6 +21,7 @@
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tiktoken_file.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_tables.h"
 #include "tokenizer/utf8.h"
 
 namespace kimi {
@@ -150,6 +151,82 @@ TEST(PreTokenizer, SplitsLikeTiktokensRegexEngine) {
   }
 }
 
+// Characters assigned after Unicode 14 (PCRE2 10.42's tables) up to 16.0 (the tables of Rust's
+// regex-syntax, which tiktoken runs on) split as tiktoken splits them; those of Unicode 17 are
+// still unassigned to tiktoken, so they must be to us too.
+TEST(PreTokenizer, CharacterClassesAreThoseOfTiktokensUnicodeVersion) {
+  const PreTokenizer pt;
+  const std::vector<std::pair<std::string, Strings>> cases = {
+      {"中\U00031350文", {"中\U00031350文"}},              // CJK Ext-H (15.0): Han
+      {"中\U0002EBF0文", {"中\U0002EBF0文"}},              // CJK Ext-I (15.1): Han
+      {"ab\U0001E4D0cd", {"ab\U0001E4D0cd"}},              // Nag Mundari letter (15.0): Lo
+      {"a\U0001E4EC", {"a\U0001E4EC"}},                    // Nag Mundari sign (15.0): Mn
+      {"\U0001E4F0\U0001E4F1\U0001E4F2\U0001E4F3", {"\U0001E4F0\U0001E4F1\U0001E4F2", "\U0001E4F3"}},  // Nd
+      {"\U00010D50\U00010D70ab", {"\U00010D50\U00010D70ab"}},  // Garay capital + small (16.0)
+      {"\U00010D40\U00010D41\U00010D42\U00010D43", {"\U00010D40\U00010D41\U00010D42", "\U00010D43"}},
+      {"x\U000105C0\U00011380y", {"x\U000105C0\U00011380y"}},  // Todhri, Tulu-Tigalari (16.0): Lo
+      {"ab\U00010940cd", {"ab", "\U00010940cd"}},          // Sidetic (17.0): not yet a letter
+      {"中\U000323B0文", {"中", "\U000323B0", "文"}},      // CJK Ext-J (17.0): not yet Han
+  };
+  for (const auto& [text, want] : cases) {
+    const auto got = pt.split(text);
+    EXPECT_EQ(Strings(got.begin(), got.end()), want) << text;
+  }
+}
+
+// The pattern names no property PCRE2 would look up in its own tables: every class is spelt out.
+TEST(PreTokenizer, KimiPatternUsesNoPcre2UnicodeData) {
+  const std::string& p = PreTokenizer::kimi_pattern();
+  for (const char* construct : {"\\p", "\\P", "\\s", "\\S", "\\w", "\\d", "(?i", "[:"})
+    EXPECT_EQ(p.find(construct), std::string::npos) << construct;
+  EXPECT_LT(p.size(), 200000u);  // ~100 KB: compiles in milliseconds, under PCRE2's 64 KiB code limit
+}
+
+// Samples of the generated tables against the Unicode 16.0.0 data (UnicodeData.txt, Scripts.txt,
+// PropList.txt, CaseFolding.txt), and their shape.
+TEST(UnicodeTables, MatchTheUnicodeDataOnSamples) {
+  using unicode::Property;
+  const auto has = [](Property p, char32_t cp) {
+    for (const auto& r : unicode::ranges(p))
+      if (cp >= r.first && cp <= r.last) return true;
+    return false;
+  };
+  EXPECT_STREQ(unicode::version(), "16.0.0");
+  const std::vector<std::pair<char32_t, std::vector<Property>>> samples = {
+      {U'A', {Property::Lu}}, {U'z', {Property::Ll}}, {0x01C5, {Property::Lt}}, {0x02B0, {Property::Lm}},
+      {0x4E2D, {Property::Lo, Property::Han}}, {0x0301, {Property::M}}, {0x0903, {Property::M}},
+      {0x20DD, {Property::M}}, {U'7', {Property::N}}, {0x2167, {Property::N}}, {0x00BD, {Property::N}},
+      {0x3002, {}}, {0x3005, {Property::Lm, Property::Han}}, {0x3007, {Property::N, Property::Han}},
+      {0x16FF0, {Property::M, Property::Han}},
+      {0x31350, {Property::Lo, Property::Han}},   // CJK Ext-H, Unicode 15.0
+      {0x2EBF0, {Property::Lo, Property::Han}},   // CJK Ext-I, 15.1
+      {0x1E4D0, {Property::Lo}}, {0x1E4EB, {Property::Lm}}, {0x1E4EC, {Property::M}}, {0x1E4F0, {Property::N}},
+      {0x10D50, {Property::Lu}}, {0x10D70, {Property::Ll}}, {0x10D40, {Property::N}},  // Garay, 16.0
+      {0x10940, {}}, {0x323B0, {}},  // Sidetic and CJK Ext-J: Unicode 17, unassigned in 16
+      {U' ', {Property::WhiteSpace}}, {0x0085, {Property::WhiteSpace}}, {0x3000, {Property::WhiteSpace}},
+      {0x180E, {}}, {0xFEFF, {}}, {0x001C, {}}, {0x200B, {}},
+  };
+  const Property all[] = {Property::Lu, Property::Ll, Property::Lt, Property::Lm, Property::Lo,
+                          Property::M, Property::N, Property::Han, Property::WhiteSpace};
+  for (const auto& [cp, want] : samples)
+    for (const Property p : all)
+      EXPECT_EQ(has(p, cp), std::find(want.begin(), want.end(), p) != want.end())
+          << std::hex << "U+" << uint32_t(cp) << " property " << int(p);
+  for (const Property p : all) {
+    const auto rs = unicode::ranges(p);
+    ASSERT_FALSE(rs.empty());
+    for (size_t i = 0; i < rs.size(); ++i) {
+      EXPECT_LE(rs[i].first, rs[i].last);
+      if (i > 0) {
+        EXPECT_GT(rs[i].first, rs[i - 1].last + 1);  // sorted, disjoint, not adjacent
+      }
+    }
+  }
+  EXPECT_EQ(unicode::case_variants('s'), (std::u32string{U'S', U's', 0x017F}));
+  EXPECT_EQ(unicode::case_variants('k'), (std::u32string{U'K', U'k', 0x212A}));
+  EXPECT_EQ(unicode::case_variants('e'), (std::u32string{U'E', U'e'}));
+}
+
 TEST(PreTokenizer, InvalidUtf8RunsBecomeTheirOwnPieces) {
   const PreTokenizer pt;
   const auto split = [&](std::string_view s) {
@@ -177,13 +254,20 @@ TEST(PreTokenizer, PiecesCoverAnyBytesExactly) {
   }
 }
 
-// The ASCII fast path of the default pre-tokeniser against PCRE2 alone on the same pattern.
-TEST(PreTokenizer, AsciiFastPathAgreesWithPcre2) {
+// The hand-written matcher of the default pre-tokeniser against PCRE2 alone on the same pattern,
+// on random text of every class the pattern distinguishes: ASCII, letters that are both of its
+// "upper" and "lower" classes (Lm, Lo, M), Han letters, marks and numbers, and characters of
+// Unicode 15-17.
+TEST(PreTokenizer, MatcherAgreesWithPcre2) {
   const PreTokenizer fast, pcre(PreTokenizer::kimi_pattern());
   static const char* kAtoms[] = {"a", "b", "Z", "Q", "x", "ab", "CD", "0", "1", "9", " ", " ", "\t", "\n", "\r",
                                  "\v", "\f", "'", "'", "s", "S", "t", "re", "RE", "rE", "ve", "m", "ll", "L", "d",
                                  ".", "!", "(", "#", "\x01", "\x1c", "\x7f", "é", "ſ", "١", "\u00a0", "\u3000",
-                                 "\u0085", "中", "😀", "\u0301", "\xff"};
+                                 "\u0085", "中", "😀", "\u0301", "\xff", "K", "\u212a", "\u01c5", "\u02b0", "\u0e01",
+                                 "\u0e31", "\u0903", "\u20dd", "\u2167", "\u00bd", "\u3002", "\u3005", "\u3007",
+                                 "\U00016FF0", "\u180e", "\ufeff", "\u200b", "\u2028", "Ж", "ж", "\U0010FFFF",
+                                 "\ue000", "\U00031350", "\U0002EBF0", "\U0001E4D0", "\U0001E4EB", "\U0001E4EC",
+                                 "\U0001E4F0", "\U00010D50", "\U00010D70", "\U00010D40", "\U00010940", "\U000323B0"};
   std::mt19937 rng(5);
   for (int i = 0; i < 200000; ++i) {
     std::string s;
@@ -194,13 +278,15 @@ TEST(PreTokenizer, AsciiFastPathAgreesWithPcre2) {
 }
 
 TEST(PreTokenizer, LongRunsDoNotOverflowTheMatchStack) {
-  const PreTokenizer pt;
-  for (const std::string unit : {"a", "A", "\u00e9", "\u0e01", "\u0e01\u0e31", " ", "\u4e2d", "1", "."}) {
-    std::string s;
-    for (int i = 0; i < 100000; ++i) s += unit;
-    size_t total = 0;
-    for (const auto p : pt.split(s)) total += p.size();
-    EXPECT_EQ(total, s.size()) << unit;
+  const PreTokenizer matcher, pcre(PreTokenizer::kimi_pattern());  // the default, and PCRE2 alone
+  for (const PreTokenizer* pt : {&matcher, &pcre}) {
+    for (const std::string unit : {"a", "A", "\u00e9", "\u0e01", "\u0e01\u0e31", " ", "\u4e2d", "1", "."}) {
+      std::string s;
+      for (int i = 0; i < 100000; ++i) s += unit;
+      size_t total = 0;
+      for (const auto p : pt->split(s)) total += p.size();
+      EXPECT_EQ(total, s.size()) << unit;
+    }
   }
 }
 

@@ -1,17 +1,23 @@
 #pragma once
 // The pre-tokeniser: splits text into the pieces that BPE then encodes one by one, with the
-// Kimi regular expression run by PCRE2 (JIT).
+// Kimi regular expression.
 //
-// Kimi's pattern (tokenization_kimi.py, run there by tiktoken's Rust regex engine) uses class
-// intersections `[...&&[^\p{Han}]]`, which PCRE2 10.42 lacks, so kimi_pattern() is a rewrite
-// that matches the same strings; the equivalences it relies on (each checked against tiktoken's
-// own engine, see tests/tokenizer_parity):
-//   [C&&[^\p{Han}]]  ->  (?:(?!\p{sc:Han})[C])      a one-character look-ahead, then the class
-//   \p{Han}          ->  \p{sc:Han}                 Rust means the Script property; PCRE2's bare
-//                                                   \p{Han} means Script_Extensions (which adds
-//                                                   CJK punctuation such as U+3002)
-//   \s / \S          ->  \p{White_Space} / \P{...}  Rust's \s is White_Space; PCRE2's UCP \s also
-//                                                   takes U+180E
+// Kimi's pattern (tokenization_kimi.py, run there by tiktoken's Rust regex engine) is rewritten
+// for PCRE2 (kimi_pattern()), which matches the same strings:
+//   - every Unicode class is written out as explicit code-point ranges from our own tables
+//     (unicode_tables.h: Unicode 16.0.0, the version of Rust's regex-syntax tables that tiktoken
+//     runs on), never as \p{...}: PCRE2's tables are its own version's (10.42: Unicode 14), so
+//     characters assigned since (CJK Ext-H/I, Nag Mundari, Garay...) would split differently;
+//   - [C&&[^\p{Han}]], an intersection PCRE2 10.42 lacks, is the set difference of the ranges;
+//   - \p{Han} is the Script property (Rust's meaning; PCRE2's bare \p{Han} is Script_Extensions,
+//     which adds CJK punctuation such as U+3002);
+//   - \s is White_Space (Rust's meaning; PCRE2's UCP \s also takes U+180E);
+//   - (?i:'s|...) is spelt out with each letter's simple case folding variants (Rust's (?i):
+//     U+017F matches s).
+// The default PreTokenizer decides pieces with hand-written matchers of the same pattern (one for
+// ASCII, one over a lookup table of the same classes), falling back to PCRE2 where they cannot
+// (tests check that they agree): PCRE2 scans a class of explicit ranges one range after another,
+// which is slow for classes of a thousand ranges.
 //
 // Input that is not valid UTF-8: tiktoken never sees such input (Python hands it a str), so we
 // define it. The text is cut into maximal valid UTF-8 stretches and runs of invalid bytes. Each
@@ -28,8 +34,8 @@ namespace kimi {
 
 class PreTokenizer {
  public:
-  // Kimi's pattern, with pieces of ASCII text decided by a hand-written matcher of the same
-  // pattern (several times faster than a PCRE2 call per piece) and PCRE2 for the rest.
+  // Kimi's pattern, with pieces decided by a hand-written matcher of the same pattern (a table
+  // lookup per character instead of a PCRE2 call per piece) and PCRE2 where it cannot decide.
   PreTokenizer();
   // Any PCRE2 pattern (compiled with UTF and UCP), all matched by PCRE2; throws kimi::Error if
   // it does not compile.
