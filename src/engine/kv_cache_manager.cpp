@@ -19,7 +19,9 @@ void KvCacheManager::update_hashes(Request& r) {
 
 KvCacheManager::PrefixHit KvCacheManager::find_cached_prefix(Request& r) {
   PrefixHit hit;
-  if (!pool_.caching()) return hit;
+  // Prompt logprobs come from computing the prompt, so a request asking for them reads nothing
+  // from the cache (as in vLLM); its blocks are still offered to it for others.
+  if (!pool_.caching() || r.params.prompt_logprobs) return hit;
   update_hashes(r);
   const int64_t max_blocks = (r.num_tokens() - 1) / block_size();
   std::vector<int32_t> tokens(static_cast<size_t>(block_size()));

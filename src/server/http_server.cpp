@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include "server/api_error.h"
+#include "server/json_body.h"
 
 namespace kimi {
 
@@ -18,13 +19,7 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   send_json(res, status, error_body(status, message, param));
 }
 
-ojson parse_body(const httplib::Request& req) {
-  try {
-    return ojson::parse(req.body);
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-}
+ojson parse_body(const httplib::Request& req) { return parse_json_body(req.body); }
 
 class SinkWriter : public EventWriter {
  public:
