@@ -190,7 +190,9 @@ TEST_F(ServingTest, PromptLogprobsAreReturnedWholeEvenFromThePrefixCache) {
       EXPECT_LE(pl[i].size(), 3u);
       for (const auto& [tok, e] : pl[i].items()) {
         EXPECT_TRUE(e.contains("rank") && e.contains("decoded_token"));
-        if (tok != key) EXPECT_GE(e["rank"].get<int>(), 1);
+        if (tok != key) {
+          EXPECT_GE(e["rank"].get<int>(), 1);
+        }
       }
     }
     runs.push_back(pl);

@@ -79,7 +79,8 @@ bool truthy(const ojson& v) {
   if (v.is_boolean()) return v.get<bool>();
   if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>() != 0;
   if (v.is_number_float()) return v.get<double>() != 0.0;
-  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for strings
+  if (v.is_array() || v.is_object()) return !v.empty();
   return false;
 }
 
@@ -273,7 +274,7 @@ class CompletionJob : public ResponseJob {
     int64_t completion = 0, prompt = 0, cached = 0;
     // Per choice: the logprobs' running text offsets, and whether the prompt was echoed yet. The
     // echo waits for the choice's first output, which carries the prompt logprobs.
-    std::vector<LogprobsBuilder> offsets(prompt_ids_.size() * n);
+    std::vector<LogprobsBuilder> builders(prompt_ids_.size() * n);
     std::vector<bool> echoed(prompt_ids_.size() * n, false);
     for (size_t i = 0; i < prompt_ids_.size(); ++i) {
       prompt += int64_t(prompt_ids_[i].size());
@@ -283,7 +284,7 @@ class CompletionJob : public ResponseJob {
           return;
         }
         const size_t k = i * n + size_t(o->index);
-        LogprobsBuilder& b = offsets[k];
+        LogprobsBuilder& b = builders[k];
         if (r_.echo && !echoed[k]) {
           echoed[k] = true;
           ojson lps = nullptr;
