@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,36 @@
 
 namespace kimi {
 namespace {
+
+// Runs f on a thread with a stack of `bytes` (the server's request threads get the default 8 MiB),
+// so that unbounded recursion shows as a crash here rather than depending on the main thread's
+// stack limit. Exceptions are reported as test failures.
+inline void on_stack(size_t bytes, const std::function<void()>& f) {
+  struct Call {
+    const std::function<void()>* f;
+    std::string error;
+  } call{&f, {}};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, bytes);
+  pthread_t thread;
+  const int rc = pthread_create(
+      &thread, &attr,
+      [](void* p) -> void* {
+        Call& c = *static_cast<Call*>(p);
+        try {
+          (*c.f)();
+        } catch (const std::exception& e) {
+          c.error = e.what();
+        }
+        return nullptr;
+      },
+      &call);
+  pthread_attr_destroy(&attr);
+  ASSERT_EQ(rc, 0);
+  pthread_join(thread, nullptr);
+  EXPECT_EQ(call.error, "");
+}
 
 class Collector : public EventWriter {
  public:
@@ -117,47 +148,36 @@ const char* kUser = R"("messages":[{"role":"user","content":"Tell me a story."}]
 
 TEST_F(ServingTest, DeepBodiesGetA400OnEveryEndpoint) {
   OpenAiServing& s = serve();
-  std::string deep = "{\"x\":";
-  for (int i = 0; i < 100000; ++i) deep += '[';
-  for (int i = 0; i < 100000; ++i) deep += ']';
-  deep += ",\"y\":1}";
-  EXPECT_EQ(api_error_of([&] { (void)s.tokenize(parse_json_body(deep)); }).status(), 400);
-  EXPECT_EQ(api_error_of([&] { (void)s.start_completion(parse_json_body(deep)); }).status(), 400);
+  // On a request thread's stack (8 MiB), as in the server.
+  on_stack(size_t(8) << 20, [&] {
+    const std::string deep = "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + ",\"y\":1}";
+    for (int endpoint = 0; endpoint < 3; ++endpoint) {
+      const ApiError e = api_error_of([&] {
+        const ojson body = parse_json_body(deep);
+        if (endpoint == 0) (void)s.tokenize(body);
+        if (endpoint == 1) (void)s.start_completion(body);
+        if (endpoint == 2) (void)s.start_chat(body);
+      });
+      EXPECT_EQ(e.status(), 400);
+      EXPECT_NE(std::string(e.what()).find("levels deep"), std::string::npos) << e.what();
+    }
+  });
   // The deepest body allowed goes through the whole chat path, the template's recursive tool
   // declaration included (each level a property holding an object: ts_object -> ts_field ->
-  // ts_type), on a thread with half the stack of a server thread (4 MiB of 8; a Release build
-  // needs under 512 KiB): an answer or a 400, never a crash.
+  // ts_type), on half a request thread's stack (a Release build needs under 512 KiB): an answer
+  // or a 400, never a crash.
   std::string schema = R"({"type":"string"})";
   for (int i = 0; i < (kMaxJsonDepth - 6) / 2; ++i)
     schema = R"({"type":"object","properties":{"a":)" + schema + R"(},"required":["a"]})";
   const std::string body = std::string("{") + kUser + R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)" +
                            schema + "}}]}";
-  struct Call {
-    OpenAiServing* s;
-    const std::string* body;
-    int64_t count = -1;
-    int status = 0;
-  } call{&s, &body};
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, size_t(4) << 20);
-  pthread_t thread;
-  ASSERT_EQ(pthread_create(
-                &thread, &attr,
-                [](void* p) -> void* {
-                  Call& c = *static_cast<Call*>(p);
-                  try {
-                    c.count = c.s->tokenize(parse_json_body(*c.body))["count"].get<int64_t>();
-                  } catch (const ApiError& e) {
-                    c.status = e.status();
-                  }
-                  return nullptr;
-                },
-                &call),
-            0);
-  pthread_join(thread, nullptr);
-  pthread_attr_destroy(&attr);
-  EXPECT_TRUE(call.count > 0 || call.status == 400) << call.count << " " << call.status;
+  on_stack(size_t(4) << 20, [&] {
+    try {
+      EXPECT_GT(s.tokenize(parse_json_body(body))["count"].get<int64_t>(), 0);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << e.what();
+    }
+  });
 }
 
 TEST_F(ServingTest, HugeMaxTokensFailsTheContextCheckInsteadOfOverflowing) {
