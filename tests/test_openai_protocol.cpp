@@ -141,6 +141,18 @@ TEST(IntegerFields, SixtyFourBitValuesAreRangeCheckedNotTruncated) {
   EXPECT_EQ(top.param(), "top_logprobs");
 }
 
+TEST(FloatFields, ValuesBeyondFloatAreRefusedNotNarrowed) {
+  // Narrowing such a double to float is undefined behaviour (UBSan's float-cast-overflow).
+  for (const auto& [body, param] : {std::pair<const char*, const char*>{R"({"prompt":"a","temperature":1e308})", "temperature"},
+                                    {R"({"prompt":"a","top_p":-1e39})", "top_p"},
+                                    {R"({"prompt":"a","logit_bias":{"5":1e300}})", "logit_bias"}}) {
+    const ApiError e = api_error_of([&] { (void)completion(body); });
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.param(), param) << body;
+  }
+  EXPECT_FLOAT_EQ(completion(R"({"prompt":"a","temperature":3e38})").params.temperature, 3e38f);
+}
+
 TEST(IntegerFields, InRangeValuesArriveExactly) {
   const ApiRequest r = completion(
       R"({"prompt":[[0,2147483647]],"n":16,"max_tokens":9223372036854775807,"min_tokens":3,"top_k":-1,

@@ -1,5 +1,6 @@
 #include "server/openai_protocol.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -44,11 +45,17 @@ class Fields {
     if (!v->is_boolean()) bad(k, "a boolean");
     return v->get<bool>();
   }
-  double number(const char* k, double def) const {
+  // A float field. Values beyond float's range are refused here: narrowing them is undefined.
+  float number(const char* k, float def) const {
     const ojson* v = find(k);
-    if (!v) return def;
-    if (!v->is_number()) bad(k, "a number");
-    return v->get<double>();
+    return v ? to_float(*v, k) : def;
+  }
+  static float to_float(const ojson& v, const char* param) {
+    if (!v.is_number()) bad(param, "a number");
+    const double d = v.get<double>();
+    if (!(std::fabs(d) <= double(std::numeric_limits<float>::max())))
+      throw ApiError(400, std::string("'") + param + "' is out of range, got " + v.dump(), param);
+    return float(d);
   }
   // An integer field, which must lie in [lo, hi]: nothing is narrowed or wrapped silently.
   int64_t integer(const char* k, int64_t def, int64_t lo, int64_t hi) const {
@@ -92,13 +99,13 @@ void parse_common(const Fields& f, ApiRequest& r) {
   }
   SamplingParams& p = r.params;
   p.n = int(f.integer("n", 1, 1, 16));
-  p.temperature = float(f.number("temperature", 1.0));
-  p.top_p = float(f.number("top_p", 1.0));
+  p.temperature = f.number("temperature", 1.0f);
+  p.top_p = f.number("top_p", 1.0f);
   p.top_k = int(f.integer("top_k", 0, -1, kInt32Max));
-  p.min_p = float(f.number("min_p", 0.0));
-  p.presence_penalty = float(f.number("presence_penalty", 0.0));
-  p.frequency_penalty = float(f.number("frequency_penalty", 0.0));
-  p.repetition_penalty = float(f.number("repetition_penalty", 1.0));
+  p.min_p = f.number("min_p", 0.0f);
+  p.presence_penalty = f.number("presence_penalty", 0.0f);
+  p.frequency_penalty = f.number("frequency_penalty", 0.0f);
+  p.repetition_penalty = f.number("repetition_penalty", 1.0f);
   // Any 64-bit seed (vLLM's range); a negative one is used as its two's complement.
   if (f.has("seed")) p.seed = uint64_t(f.integer("seed", 0, kInt64Min, kInt64Max));
   p.min_tokens = f.integer("min_tokens", 0, 0, kInt64Max);
@@ -133,7 +140,7 @@ void parse_common(const Fields& f, ApiRequest& r) {
       }
       if (!ok || id > kInt32Max)
         throw ApiError(400, "logit_bias keys must be token ids, got '" + k + "'", "logit_bias");
-      p.logit_bias.emplace_back(int32_t(id), v.get<float>());
+      p.logit_bias.emplace_back(int32_t(id), Fields::to_float(v, "logit_bias"));
     }
   }
   r.priority = int(f.integer("priority", 0, kInt32Min, kInt32Max));
