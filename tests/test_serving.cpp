@@ -17,6 +17,7 @@
 #include "server/json_body.h"
 #include "server/serving.h"
 #include "test_util.h"
+#include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kimi {
@@ -385,6 +386,18 @@ TEST_F(ServingTest, ReasoningParserKeepsSkippingSpecialTokens) {
     auto [r4, c4] = run(R"("logit_bias":{")" + think_end + R"(":100},"skip_special_tokens":false)", streamed);
     EXPECT_EQ(c4, "</think></think>") << streamed;
   }
+}
+
+TEST_F(ServingTest, DecoderSkipsEverySpecialButTheKeptOnes) {
+  const std::vector<int32_t> ids = tokenizer_->encode("a<think>b<|im_user|>c</think>d");
+  IncrementalDecoder keep(*tokenizer_, true, {special("<think>"), special("</think>")});
+  std::string text;
+  for (int32_t id : ids) text += keep.push(id);
+  EXPECT_EQ(text + keep.flush(), "a<think>bc</think>d");
+  IncrementalDecoder skip(*tokenizer_, true);
+  text.clear();
+  for (int32_t id : ids) text += skip.push(id);
+  EXPECT_EQ(text + skip.flush(), "abcd");
 }
 
 }  // namespace

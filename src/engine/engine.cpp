@@ -92,7 +92,8 @@ std::unique_ptr<Request> Engine::make_request(const std::string& id, int index, 
   // seed and the admission order decide.
   const uint64_t seed = params.seed ? *params.seed + uint64_t(index) : hash_seed(config_.seed, r->id.c_str()) ^ r->arrival;
   r->sampler = std::make_unique<Sampler>(params, seed, eos_ids_);
-  if (tokenizer_) r->detokenizer = std::make_unique<IncrementalDecoder>(*tokenizer_, params.skip_special_tokens, params.visible_special_ids);
+  if (tokenizer_)
+    r->detokenizer = std::make_unique<IncrementalDecoder>(*tokenizer_, params.skip_special_tokens, params.visible_special_ids);
   if (!params.stop.empty()) r->stop_matcher = std::make_unique<StopStringMatcher>(params.stop, params.include_stop_str_in_output);
   return r;
 }

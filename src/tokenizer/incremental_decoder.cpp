@@ -1,5 +1,7 @@
 #include "tokenizer/incremental_decoder.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace kimi {

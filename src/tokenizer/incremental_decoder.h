@@ -6,7 +6,6 @@
 // certain. So the concatenation of every push() and the final flush() equals
 // utf8::replace_invalid(tokenizer.decode(ids)), which is decode(ids) itself when that is valid.
 #include <cstdint>
-#include <algorithm>
 #include <string>
 #include <vector>
 
