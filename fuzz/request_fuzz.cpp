@@ -2,6 +2,10 @@
 // runs: parse_json_body (depth-bounded JSON), both OpenAI request readers, and the sampling
 // parameters' validation. Client errors (ApiError 4xx, ParamError / kimi::Error) are expected;
 // anything else (another exception, a 5xx, a crash, a sanitizer report) is a finding.
+// One-off build and run (clang 14):
+//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Isrc fuzz/request_fuzz.cpp \
+//     src/server/json_body.cpp src/server/openai_protocol.cpp src/engine/sampling_params.cpp -o request_fuzz
+//   ./request_fuzz -max_total_time=60 -max_len=4096 CORPUS_COPY fuzz/corpus/request
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
