@@ -49,7 +49,8 @@ void usage() {
       "  --enable-prefix-caching | --no-enable-prefix-caching  --seed N  --max-waiting N (1024)\n"
       "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
       "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
-      "  --enable-auto-tool-choice  --trust-remote-code  --allowed-local-media-path DIR (accepted)\n"
+      "  --enable-auto-tool-choice  --exclude-tools-when-tool-choice-none  --trust-remote-code\n"
+      "  --allowed-local-media-path DIR (accepted)\n"
       "  --threads N (compute threads)  --api-threads N (256 requests answered at once)  --scheduling-policy fcfs|priority\n"
       "  --shutdown-timeout S (30: on SIGTERM/SIGINT wait at most S seconds for in-flight requests, then abort\n"
       "    them; -1 waits without limit; a second signal aborts at once)\n"
@@ -68,7 +69,7 @@ int run_serve(int argc, char** argv) {
                 "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
                 "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers"},
                {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
-                "trust-remote-code", "disable-log-requests", "disable-log-stats"});
+                "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"});
   if (a.has("help") || a.positionals().size() != 1) {
     usage();
     return a.has("help") ? 0 : 1;
@@ -120,6 +121,7 @@ int run_serve(int argc, char** argv) {
   }
   sc.reasoning_parser = a.has("reasoning-parser");
   sc.tool_parser = a.has("tool-call-parser");
+  sc.exclude_tools_when_tool_choice_none = a.has("exclude-tools-when-tool-choice-none");
   sc.max_waiting = a.get_int("max-waiting", 1024);
   OpenAiServing serving(engine, tokenizer, sc);
 

@@ -26,7 +26,9 @@ void KvCacheManager::update_hashes(const Request& r, Table& t, int64_t num_token
 KvCacheManager::PrefixHit KvCacheManager::find_cached_prefix(const Request& r) {
   PrefixHit hit;
   hit.block_size_ = block_size();
-  if (!pool_.caching()) return hit;
+  // Prompt logprobs come from computing the prompt, so a request asking for them reads nothing
+  // from the cache (as in vLLM); its blocks are still offered to others.
+  if (!pool_.caching() || r.params.prompt_logprobs) return hit;
   const int64_t max_blocks = (r.num_tokens() - 1) / block_size();
   uint64_t hash = 0;
   for (int64_t b = 0; b < max_blocks; ++b) {

@@ -21,7 +21,8 @@ void OutputProcessor::add_request(const std::string& engine_id, const std::strin
   st.index = index;
   st.prompt_tokens = prompt_tokens;
   st.params = params;
-  if (tokenizer_) st.detokenizer = std::make_unique<IncrementalDecoder>(*tokenizer_, params.skip_special_tokens);
+  if (tokenizer_)
+    st.detokenizer = std::make_unique<IncrementalDecoder>(*tokenizer_, params.skip_special_tokens, params.visible_special_ids);
   if (!params.stop.empty()) st.stop_matcher = std::make_unique<StopStringMatcher>(params.stop, params.include_stop_str_in_output);
   states_.insert_or_assign(engine_id, std::move(st));
 }

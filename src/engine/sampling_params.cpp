@@ -3,15 +3,10 @@
 #include <cmath>
 #include <sstream>
 
-#include "common/error.h"
 
 namespace kimi {
 
 namespace {
-
-// The most top logprobs a request may ask for (OpenAI's top_logprobs limit, vLLM's default
-// max_logprobs).
-constexpr int kMaxLogprobs = 20;
 
 template <typename T>
 std::string str(T v) {
@@ -21,7 +16,7 @@ std::string str(T v) {
 }
 
 [[noreturn]] void fail(const std::string& field, const std::string& rule, const std::string& got) {
-  throw Error(field + " must be " + rule + ", got " + got);
+  throw ParamError(field, field + " must be " + rule + ", got " + got);
 }
 
 // Comparisons are written so that NaN fails them.
@@ -51,7 +46,7 @@ void SamplingParams::validate(int64_t vocab_size) const {
   if (min_tokens > max_tokens)
     fail("min_tokens", "at most max_tokens (" + str(max_tokens) + ")", str(min_tokens));
   for (const std::string& s : stop)
-    if (s.empty()) throw Error("stop must not contain an empty string");
+    if (s.empty()) throw ParamError("stop", "stop must not contain an empty string");
   for (int32_t id : stop_token_ids) check_token("stop_token_ids", id, vocab_size);
   const std::string lp_rule = "in [0, " + str(kMaxLogprobs) + "]";
   if (logprobs && (*logprobs < 0 || *logprobs > kMaxLogprobs)) fail("logprobs", lp_rule, str(*logprobs));

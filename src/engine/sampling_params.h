@@ -7,7 +7,24 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
+
 namespace kimi {
+
+// The most top logprobs a request may ask for (OpenAI's top_logprobs limit, vLLM's default
+// max_logprobs).
+inline constexpr int kMaxLogprobs = 20;
+
+// A SamplingParams field out of range; param() is its name, which the API reports as the
+// error's `param`.
+class ParamError : public Error {
+ public:
+  ParamError(std::string param, const std::string& message) : Error(message), param_(std::move(param)) {}
+  const std::string& param() const { return param_; }
+
+ private:
+  std::string param_;
+};
 
 struct SamplingParams {
   int n = 1;                        // completions per prompt, sharing the prompt's KV blocks
@@ -29,8 +46,12 @@ struct SamplingParams {
   std::optional<int> prompt_logprobs;  // the same for every prompt token after the first
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits before sampling
   bool skip_special_tokens = true;     // in the detokenised text
+  // Special tokens written into the text even with skip_special_tokens: the markers an output
+  // parser reads (<think>, </think>...), so that it can split on them while other specials stay
+  // hidden, as vLLM's parsers do by token id.
+  std::vector<int32_t> visible_special_ids;
 
-  // Throws kimi::Error naming the field for values out of range (ids checked against vocab).
+  // Throws ParamError naming the field for values out of range (ids checked against vocab).
   void validate(int64_t vocab_size) const;
 };
 

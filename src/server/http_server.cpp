@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "server/api_error.h"
+#include "server/json_body.h"
 #include "server/http/event_server.h"
 
 namespace kimi {
@@ -29,13 +30,7 @@ Response error_response(int status, const std::string& message, const Headers& e
   return json_response(status, error_body(status, message, param), extra);
 }
 
-ojson parse_body(const http::HttpRequest& req) {
-  try {
-    return ojson::parse(req.body);
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what());
-  }
-}
+ojson parse_body(const http::HttpRequest& req) { return parse_json_body(req.body); }
 
 class ExchangeWriter : public EventWriter {
  public:

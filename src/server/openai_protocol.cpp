@@ -1,5 +1,9 @@
 #include "server/openai_protocol.h"
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
 #include "server/api_error.h"
 
 namespace kimi {
@@ -41,17 +45,35 @@ class Fields {
     if (!v->is_boolean()) bad(k, "a boolean");
     return v->get<bool>();
   }
-  double number(const char* k, double def) const {
+  // A float field. Values beyond float's range are refused here: narrowing them is undefined.
+  float number(const char* k, float def) const {
     const ojson* v = find(k);
-    if (!v) return def;
-    if (!v->is_number()) bad(k, "a number");
-    return v->get<double>();
+    return v ? to_float(*v, k) : def;
   }
-  int64_t integer(const char* k, int64_t def) const {
+  static float to_float(const ojson& v, const char* param) {
+    if (!v.is_number()) bad(param, "a number");
+    const double d = v.get<double>();
+    if (!(std::fabs(d) <= double(std::numeric_limits<float>::max())))
+      throw ApiError(400, std::string("'") + param + "' is out of range, got " + v.dump(), param);
+    return float(d);
+  }
+  // An integer field, which must lie in [lo, hi]: nothing is narrowed or wrapped silently.
+  int64_t integer(const char* k, int64_t def, int64_t lo, int64_t hi) const {
     const ojson* v = find(k);
-    if (!v) return def;
-    if (!v->is_number_integer()) bad(k, "an integer");
-    return v->get<int64_t>();
+    return v ? ranged(*v, k, lo, hi) : def;
+  }
+  // `v` read as an integer in [lo, hi], for the field `param` (also the error's param).
+  static int64_t ranged(const ojson& v, const char* param, int64_t lo, int64_t hi,
+                        const char* what = nullptr) {
+    if (!v.is_number_integer()) bad(param, what ? what : "an integer");
+    // JSON integers above INT64_MAX arrive as unsigned; reading them as int64 would wrap.
+    const bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+    const int64_t x = too_big ? 0 : v.get<int64_t>();
+    if (too_big || x < lo || x > hi)
+      throw ApiError(400, std::string("'") + param + "' must be " + (what ? what : "an integer") + " between " +
+                              std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump(),
+                     param);
+    return x;
   }
   [[noreturn]] static void bad(const char* k, const char* what) {
     throw ApiError(400, std::string("'") + k + "' must be " + what, k);
@@ -60,6 +82,11 @@ class Fields {
  private:
   const ojson& j_;
 };
+
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 void parse_common(const Fields& f, ApiRequest& r) {
   r.model = f.str("model");
@@ -71,17 +98,17 @@ void parse_common(const Fields& f, ApiRequest& r) {
     r.continuous_usage = s.boolean("continuous_usage_stats", false);
   }
   SamplingParams& p = r.params;
-  p.n = int(f.integer("n", 1));
-  if (p.n < 1 || p.n > 16) throw ApiError(400, "'n' must be between 1 and 16", "n");
-  p.temperature = float(f.number("temperature", 1.0));
-  p.top_p = float(f.number("top_p", 1.0));
-  p.top_k = int(f.integer("top_k", 0));
-  p.min_p = float(f.number("min_p", 0.0));
-  p.presence_penalty = float(f.number("presence_penalty", 0.0));
-  p.frequency_penalty = float(f.number("frequency_penalty", 0.0));
-  p.repetition_penalty = float(f.number("repetition_penalty", 1.0));
-  if (f.has("seed")) p.seed = uint64_t(f.integer("seed", 0));
-  p.min_tokens = f.integer("min_tokens", 0);
+  p.n = int(f.integer("n", 1, 1, 16));
+  p.temperature = f.number("temperature", 1.0f);
+  p.top_p = f.number("top_p", 1.0f);
+  p.top_k = int(f.integer("top_k", 0, -1, kInt32Max));
+  p.min_p = f.number("min_p", 0.0f);
+  p.presence_penalty = f.number("presence_penalty", 0.0f);
+  p.frequency_penalty = f.number("frequency_penalty", 0.0f);
+  p.repetition_penalty = f.number("repetition_penalty", 1.0f);
+  // Any 64-bit seed (vLLM's range); a negative one is used as its two's complement.
+  if (f.has("seed")) p.seed = uint64_t(f.integer("seed", 0, kInt64Min, kInt64Max));
+  p.min_tokens = f.integer("min_tokens", 0, 0, kInt64Max);
   p.ignore_eos = f.boolean("ignore_eos", false);
   p.include_stop_str_in_output = f.boolean("include_stop_str_in_output", false);
   p.skip_special_tokens = f.boolean("skip_special_tokens", true);
@@ -97,34 +124,39 @@ void parse_common(const Fields& f, ApiRequest& r) {
   if (const ojson* s = f.find("stop_token_ids")) {
     if (!s->is_array()) Fields::bad("stop_token_ids", "a list of integers");
     for (const auto& x : *s) {
-      if (!x.is_number_integer()) Fields::bad("stop_token_ids", "a list of integers");
-      p.stop_token_ids.push_back(x.get<int32_t>());
+      p.stop_token_ids.push_back(int32_t(Fields::ranged(x, "stop_token_ids", 0, kInt32Max, "a list of token ids")));
     }
   }
   if (const ojson* b = f.find("logit_bias")) {
     if (!b->is_object()) Fields::bad("logit_bias", "an object of token id -> bias");
     for (const auto& [k, v] : b->items()) {
       if (!v.is_number()) Fields::bad("logit_bias", "an object of token id -> bias");
-      try {
-        size_t used = 0;
-        const int id = std::stoi(k, &used);
-        if (used != k.size()) throw 0;
-        p.logit_bias.emplace_back(id, v.get<float>());
-      } catch (...) {
-        throw ApiError(400, "logit_bias keys must be token ids, got '" + k + "'", "logit_bias");
+      // Keys are decimal token ids: digits only, within int32 (no sign, space or wrap-around).
+      int64_t id = 0;
+      bool ok = !k.empty() && k.size() <= 10;
+      for (char ch : k) {
+        ok = ok && ch >= '0' && ch <= '9';
+        if (ok) id = id * 10 + (ch - '0');
       }
+      if (!ok || id > kInt32Max)
+        throw ApiError(400, "logit_bias keys must be token ids, got '" + k + "'", "logit_bias");
+      p.logit_bias.emplace_back(int32_t(id), Fields::to_float(v, "logit_bias"));
     }
   }
-  r.priority = int(f.integer("priority", 0));
+  r.priority = int(f.integer("priority", 0, kInt32Min, kInt32Max));
   r.request_id = f.str("request_id");
   if (f.has("user")) (void)f.str("user");  // accepted, only type-checked
   // max_completion_tokens is the newer name of max_tokens (chat); either may be given.
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (f.has(k)) {
-      p.max_tokens = f.integer(k, 16);
-      if (p.max_tokens < 1) throw ApiError(400, std::string("'") + k + "' must be at least 1", k);
+      p.max_tokens = f.integer(k, 16, 1, kInt64Max);
       r.max_tokens_given = true;
     }
+  }
+  // vLLM returns prompt logprobs in the whole response only (see serving.cpp).
+  if (f.has("prompt_logprobs")) {
+    p.prompt_logprobs = int(f.integer("prompt_logprobs", 0, 0, kMaxLogprobs));
+    if (r.stream) throw ApiError(400, "'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
   }
 }
 
@@ -132,9 +164,19 @@ std::vector<int32_t> token_list(const ojson& v) {
   std::vector<int32_t> ids;
   for (const auto& x : v) {
     if (!x.is_number_integer()) Fields::bad("prompt", "a string, a list of strings, or token ids");
-    ids.push_back(x.get<int32_t>());
+    ids.push_back(int32_t(Fields::ranged(x, "prompt", 0, kInt32Max, "a token id")));
   }
   return ids;
+}
+
+// Content part types that carry media. This server runs text-only models, so they are refused
+// with a clear error rather than dropped (vLLM answers a text-only model the same way); nothing
+// they point at (URLs, files, base64 data) is ever read.
+bool is_media_part(const std::string& t) {
+  for (const char* m : {"image_url", "image", "input_image", "image_pil", "image_embeds", "input_audio", "audio",
+                        "audio_url", "video_url", "video", "file", "input_file"})
+    if (t == m) return true;
+  return false;
 }
 
 void check_message(const ojson& m, size_t i) {
@@ -148,14 +190,18 @@ void check_message(const ojson& m, size_t i) {
   auto content = m.find("content");
   if (content != m.end() && !content->is_null() && !content->is_string()) {
     if (!content->is_array()) throw ApiError(400, where + ".content must be a string or a list of parts", "messages");
-    for (const auto& part : *content) {
+    for (size_t j = 0; j < content->size(); ++j) {
+      const ojson& part = (*content)[j];
+      const std::string at = where + ".content[" + std::to_string(j) + "]";
       if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-        throw ApiError(400, where + ".content parts must be objects with a 'type'", "messages");
+        throw ApiError(400, at + " must be an object with a 'type'", "messages");
       const std::string t = part["type"].get<std::string>();
-      if (t == "text" && !(part.contains("text") && part["text"].is_string()))
-        throw ApiError(400, where + ": a text part needs a string 'text'", "messages");
-      if (t != "text" && t != "image_url" && t != "input_audio" && t != "video_url")
-        throw ApiError(400, where + ": unknown content part type '" + t + "'", "messages");
+      if (is_media_part(t))
+        throw ApiError(400, at + " is a '" + t + "' part, but this model takes text only: image, audio, video " +
+                                "and file inputs are not supported", "messages");
+      if (t != "text") throw ApiError(400, at + ": unknown content part type '" + t + "'", "messages");
+      if (!(part.contains("text") && part["text"].is_string()))
+        throw ApiError(400, at + ": a text part needs a string 'text'", "messages");
     }
   }
   if (r == "user" && (content == m.end() || content->is_null()))
@@ -192,10 +238,9 @@ ApiRequest parse_completion_request(const ojson& body) {
     Fields::bad("prompt", "a non-empty string, list of strings, or token ids");
   }
   r.echo = f.boolean("echo", false);
-  if (f.has("logprobs")) r.params.logprobs = int(f.integer("logprobs", 0));
-  if (f.has("prompt_logprobs")) r.params.prompt_logprobs = int(f.integer("prompt_logprobs", 0));
+  if (f.has("logprobs")) r.params.logprobs = int(f.integer("logprobs", 0, 0, kMaxLogprobs));
   if (f.has("suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
-  if (f.has("best_of") && f.integer("best_of", 1) != r.params.n)
+  if (f.has("best_of") && f.integer("best_of", 1, 1, kInt32Max) != r.params.n)
     throw ApiError(400, "'best_of' other than n is not supported", "best_of");
   return r;
 }
@@ -209,7 +254,7 @@ ApiRequest parse_chat_request(const ojson& body) {
   for (size_t i = 0; i < msgs->size(); ++i) check_message((*msgs)[i], i);
   r.messages = *msgs;
   r.logprobs_flag = f.boolean("logprobs", false);
-  const int64_t top = f.integer("top_logprobs", 0);
+  const int64_t top = f.integer("top_logprobs", 0, 0, kMaxLogprobs);
   if (f.has("top_logprobs") && !r.logprobs_flag)
     throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
   if (r.logprobs_flag) r.params.logprobs = int(top);
@@ -247,6 +292,10 @@ ApiRequest parse_chat_request(const ojson& body) {
     r.chat_template_kwargs = *k;
   }
   r.add_generation_prompt = f.boolean("add_generation_prompt", true);
+  r.continue_final_message = f.boolean("continue_final_message", false);
+  if (r.continue_final_message && r.add_generation_prompt)
+    throw ApiError(400, "'continue_final_message' and 'add_generation_prompt' cannot both be true (set "
+                        "add_generation_prompt to false to continue the final message)", "continue_final_message");
   if (const ojson* rf = f.find("response_format")) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       Fields::bad("response_format", "an object with a 'type'");

@@ -39,11 +39,14 @@ struct ApiRequest {
   std::string tool_choice_name;      // for a named choice
   ojson chat_template_kwargs = ojson::object();
   bool add_generation_prompt = true;
+  bool continue_final_message = false;  // render the last message open and let the model go on
   bool json_object = false;    // response_format {"type": "json_object"}
   bool logprobs_flag = false;  // chat: logprobs is a bool, top_logprobs the count
 };
 
-// Both throw ApiError(400, ...) naming the field for malformed or out-of-range input.
+// Both throw ApiError(400, ...) naming the field for malformed or out-of-range input (integers
+// are range-checked, never narrowed). The body should come from parse_json_body (json_body.h),
+// which bounds its depth.
 ApiRequest parse_completion_request(const ojson& body);
 ApiRequest parse_chat_request(const ojson& body);
 

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <utility>
 #include <chrono>
 
 #include "server/api_error.h"
+#include "server/parsers/marker_scan.h"
 #include "server/parsers/reasoning_parser.h"
 #include "server/parsers/tool_parser.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/utf8.h"
 
 namespace kimi {
 
@@ -29,11 +32,129 @@ ojson usage_json(int64_t prompt, int64_t completion, int64_t cached) {
   return u;
 }
 
+// The reasoning parser's markers. With skip_special_tokens they are the only specials the engine
+// writes into the text (SamplingParams::visible_special_ids), and are taken out again after
+// parsing, so that the client sees no special token, as it asked.
+constexpr std::string_view kParserMarkers[] = {"<think>", "</think>", "<|tool_calls_section_begin|>"};
+
+// Removes the parser markers from a stream of text, holding back a possible partial marker at
+// the end of each piece, so that any split of the text gives the same result.
+class MarkerStripper {
+ public:
+  std::string push(std::string_view piece) {
+    held_.append(piece);
+    std::string out;
+    size_t i = 0;
+    while (i < held_.size()) {
+      bool matched = false;
+      for (std::string_view m : kParserMarkers)
+        if (std::string_view(held_).substr(i).starts_with(m)) {
+          i += m.size();
+          matched = true;
+          break;
+        }
+      if (matched) continue;
+      // A '<' that may still become a marker once more text arrives is held.
+      if (held_[i] == '<' && parser_detail::partial_marker_len(std::string_view(held_).substr(i),
+                                                               {kParserMarkers[0], kParserMarkers[1], kParserMarkers[2]}) ==
+                                 held_.size() - i)
+        break;
+      out.push_back(held_[i++]);
+    }
+    held_.erase(0, i);
+    return out;
+  }
+  std::string finish() { return std::exchange(held_, {}); }
+  static std::string strip(std::string_view text) {
+    MarkerStripper s;
+    return s.push(text) + s.finish();
+  }
+
+ private:
+  std::string held_;
+};
+
+// Python truthiness of a template argument (how the chat template reads `thinking: 0`).
+bool truthy(const ojson& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>() != 0;
+  if (v.is_number_float()) return v.get<double>() != 0.0;
+  if (v.is_string()) return !v.get_ref<const std::string&>().empty();  // json::empty() is false for strings
+  if (v.is_array() || v.is_object()) return !v.empty();
+  return false;
+}
+
+// Whether the chat template renders thinking on: `thinking`, else `enable_thinking`, when given
+// and not null; on by default (the Kimi template's rule).
+bool thinking_enabled(const ojson& kwargs) {
+  for (const char* k : {"thinking", "enable_thinking"}) {
+    auto it = kwargs.find(k);
+    if (it != kwargs.end() && !it->is_null()) return truthy(*it);
+  }
+  return true;
+}
+
+// Character offsets of consecutive tokens in the text they make up (OpenAI's text_offset): each
+// token starts at the number of whole characters before it (Python's len of the text so far),
+// counting invalid bytes as U+FFFD as the decoder does; tokens not shown in the text (skipped
+// specials) add nothing.
+class TextOffsets {
+ public:
+  explicit TextOffsets(int64_t start = 0) : chars_(start) {}
+  int64_t next(std::string_view token, bool shown) {
+    const int64_t at = chars_;
+    if (!shown) return at;
+    pending_.append(token);
+    size_t i = 0;
+    while (i < pending_.size()) {
+      const utf8::Decoded d = utf8::decode_one(pending_, i);
+      if (d.status == utf8::Status::Incomplete) break;
+      ++chars_;
+      i += d.len;
+    }
+    pending_.erase(0, i);
+    return at;
+  }
+
+ private:
+  int64_t chars_;
+  std::string pending_;
+};
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per token a map from token id to
+// {logprob, rank, decoded_token} holding the prompt's token and the top-k. `lps[i]` is the
+// engine's entry for prompt token i + 1: the actual token first, then the top-k, most likely
+// first. The actual token's rank is known when it is among the top-k; otherwise it is null.
+ojson prompt_logprobs_json(const Tokenizer& t, const std::vector<std::vector<TokenLogprob>>& lps) {
+  ojson out = ojson::array();
+  out.push_back(nullptr);
+  for (const auto& pos : lps) {
+    ojson d = ojson::object();
+    if (pos.empty()) {
+      out.push_back(d);
+      continue;
+    }
+    const TokenLogprob actual = pos[0];
+    ojson rank = nullptr;
+    for (size_t k = 1; k < pos.size(); ++k)
+      if (pos[k].token == actual.token) rank = k;
+    auto entry = [&](const TokenLogprob& e, ojson r) {
+      return ojson{{"logprob", e.logprob}, {"rank", std::move(r)}, {"decoded_token", std::string(t.token_bytes(e.token))}};
+    };
+    d[std::to_string(actual.token)] = entry(actual, rank);
+    for (size_t k = 1; k < pos.size(); ++k)
+      if (pos[k].token != actual.token) d[std::to_string(pos[k].token)] = entry(pos[k], k);
+    out.push_back(d);
+  }
+  return out;
+}
+
 // Per-choice accumulation of engine outputs.
 struct ChoiceState {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<SampleResult> logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs;
   FinishReason finish = FinishReason::None;
   std::string stop_reason;
   int32_t stop_token = -1;
@@ -49,6 +170,7 @@ void drain(RequestStream& s, std::vector<ChoiceState>& choices, size_t offset, i
     c.text += o->text;
     c.tokens.insert(c.tokens.end(), o->token_ids.begin(), o->token_ids.end());
     for (auto& lp : o->logprobs) c.logprobs.push_back(std::move(lp));
+    if (!o->prompt_logprobs.empty()) c.prompt_logprobs = std::move(o->prompt_logprobs);
     if (o->finished) {
       c.finished = true;
       c.finish = o->finish_reason;
@@ -102,7 +224,14 @@ class EngineRequests {
 class CompletionJob : public ResponseJob {
  public:
   CompletionJob(AsyncEngine& e, const Tokenizer& t, ApiRequest r, std::string id, std::string model)
-      : reqs_(e), tok_(t), r_(std::move(r)), id_(std::move(id)), model_(std::move(model)), created_(unix_now()) {}
+      : reqs_(e), tok_(t), r_(std::move(r)), id_(std::move(id)), model_(std::move(model)), created_(unix_now()) {
+    // What the client asked for, before echo widens the engine's request below.
+    return_prompt_logprobs_ = r_.params.prompt_logprobs.has_value();
+    // Echo with logprobs covers the prompt tokens too (OpenAI's legacy completions), so the
+    // engine computes prompt logprobs with at least as many alternatives.
+    if (r_.echo && r_.params.logprobs)
+      r_.params.prompt_logprobs = std::max(r_.params.prompt_logprobs.value_or(0), *r_.params.logprobs);
+  }
 
   void submit(std::vector<std::vector<int32_t>> prompts) {
     prompt_ids_ = std::move(prompts);
@@ -127,9 +256,17 @@ class CompletionJob : public ResponseJob {
     for (size_t k = 0; k < choices.size(); ++k) {
       const size_t p = k / n;
       std::string text = choices[k].text;
+      ojson lps = nullptr;
+      if (r_.params.logprobs) {
+        LogprobsBuilder b;
+        if (r_.echo) add_prompt(b, prompt_ids_[p], choices[k].prompt_logprobs);
+        add_generated(b, choices[k].logprobs);
+        lps = b.json();
+      }
       if (r_.echo) text = tok_.decode(prompt_ids_[p]) + text;
-      ojson c = {{"index", k}, {"text", text}, {"logprobs", logprobs_json(choices[k].logprobs)},
+      ojson c = {{"index", k}, {"text", text}, {"logprobs", lps},
                  {"finish_reason", finish_json(choices[k].finish)}, {"stop_reason", stop_reason_json(choices[k])}};
+      if (return_prompt_logprobs_) c["prompt_logprobs"] = prompt_logprobs_json(tok_, choices[k].prompt_logprobs);
       arr.push_back(c);
     }
     out["choices"] = arr;
@@ -140,18 +277,34 @@ class CompletionJob : public ResponseJob {
   void stream(EventWriter& w) override {
     const size_t n = size_t(r_.params.n);
     int64_t completion = 0, prompt = 0, cached = 0;
+    // Per choice: the logprobs' running text offsets, and whether the prompt was echoed yet. The
+    // echo waits for the choice's first output, which carries the prompt logprobs.
+    std::vector<LogprobsBuilder> builders(prompt_ids_.size() * n);
+    std::vector<bool> echoed(prompt_ids_.size() * n, false);
     for (size_t i = 0; i < prompt_ids_.size(); ++i) {
       prompt += int64_t(prompt_ids_[i].size());
-      if (r_.echo) {
-        for (size_t j = 0; j < n; ++j)
-          if (!w.write(sse(chunk(i * n + j, tok_.decode(prompt_ids_[i]), {}, nullptr)))) return;
-      }
       while (auto o = reqs_.streams()[i]->next()) {
         if (!o->error.empty()) {
           w.write(sse(error_body(500, o->error)));
           return;
         }
-        ojson c = chunk(i * n + size_t(o->index), o->text, o->logprobs, o->finished ? finish_json(o->finish_reason) : ojson());
+        const size_t k = i * n + size_t(o->index);
+        LogprobsBuilder& b = builders[k];
+        if (r_.echo && !echoed[k]) {
+          echoed[k] = true;
+          ojson lps = nullptr;
+          if (r_.params.logprobs) {
+            add_prompt(b, prompt_ids_[i], o->prompt_logprobs);
+            lps = b.take_json();
+          }
+          if (!w.write(sse(chunk(k, tok_.decode(prompt_ids_[i]), lps, nullptr)))) return;
+        }
+        ojson lps = nullptr;
+        if (r_.params.logprobs) {
+          add_generated(b, o->logprobs);
+          lps = b.take_json();
+        }
+        ojson c = chunk(k, o->text, lps, o->finished ? finish_json(o->finish_reason) : ojson());
         if (r_.continuous_usage) c["usage"] = usage_json(o->prompt_tokens, o->completion_tokens, o->cached_tokens);
         if (!w.write(sse(c))) return;  // client gone: the destructor aborts the requests
         if (o->finished) completion += o->completion_tokens, cached = std::max(cached, o->cached_tokens);
@@ -166,21 +319,61 @@ class CompletionJob : public ResponseJob {
   }
 
  private:
-  ojson chunk(size_t index, const std::string& text, const std::vector<SampleResult>& lps, ojson finish) const {
-    ojson c = {{"index", index}, {"text", text}, {"logprobs", logprobs_json(lps)}, {"finish_reason", finish}};
-    return {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_}, {"choices", {c}}};
-  }
-  ojson logprobs_json(const std::vector<SampleResult>& lps) const {
-    if (!r_.params.logprobs) return nullptr;
-    ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array();
-    for (const auto& s : lps) {
-      tokens.push_back(token_text(tok_, s.token));
-      token_lps.push_back(s.logprob);
-      ojson top = ojson::object();
-      for (const auto& t : s.top) top[token_text(tok_, t.token)] = t.logprob;
-      tops.push_back(top);
+  // OpenAI's legacy logprobs object, built token by token; the text offsets run on across
+  // take_json() calls (one per streamed chunk).
+  struct LogprobsBuilder {
+    ojson tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+    TextOffsets text;
+    ojson json() const {
+      return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
-    return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", ojson::array()}};
+    ojson take_json() {
+      ojson j = json();
+      tokens = ojson::array(), token_lps = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+      return j;
+    }
+  };
+  // The prompt tokens (echo): the first has no logprob (null, as OpenAI and vLLM give it).
+  void add_prompt(LogprobsBuilder& b, const std::vector<int32_t>& prompt,
+                  const std::vector<std::vector<TokenLogprob>>& lps) const {
+    const size_t k = size_t(*r_.params.logprobs);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      const std::string s = token_text(tok_, prompt[i]);
+      b.tokens.push_back(s);
+      b.offsets.push_back(b.text.next(s, true));  // the echo is decoded with every special shown
+      if (i == 0 || i - 1 >= lps.size() || lps[i - 1].empty()) {
+        b.token_lps.push_back(nullptr);
+        b.tops.push_back(nullptr);
+        continue;
+      }
+      const auto& pos = lps[i - 1];  // the actual token, then the top alternatives
+      b.token_lps.push_back(pos[0].logprob);
+      ojson top = ojson::object();
+      for (size_t j = 1; j < pos.size() && j <= k; ++j) top[token_text(tok_, pos[j].token)] = pos[j].logprob;
+      top[s] = pos[0].logprob;
+      b.tops.push_back(top);
+    }
+  }
+  void add_generated(LogprobsBuilder& b, const std::vector<SampleResult>& lps) const {
+    for (const auto& s : lps) {
+      const std::string t = token_text(tok_, s.token);
+      b.tokens.push_back(t);
+      b.token_lps.push_back(s.logprob);
+      b.offsets.push_back(b.text.next(t, shown(s.token)));
+      ojson top = ojson::object();
+      for (const auto& e : s.top) top[token_text(tok_, e.token)] = e.logprob;
+      b.tops.push_back(top);
+    }
+  }
+  // Whether a generated token's text is in the returned text.
+  bool shown(int32_t id) const {
+    const auto& p = r_.params;
+    return !p.skip_special_tokens || !tok_.is_special(id) ||
+           std::find(p.visible_special_ids.begin(), p.visible_special_ids.end(), id) != p.visible_special_ids.end();
+  }
+  ojson chunk(size_t index, const std::string& text, ojson lps, ojson finish) const {
+    ojson c = {{"index", index}, {"text", text}, {"logprobs", std::move(lps)}, {"finish_reason", finish}};
+    return {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_}, {"choices", {c}}};
   }
 
   EngineRequests reqs_;
@@ -189,6 +382,7 @@ class CompletionJob : public ResponseJob {
   std::string id_, model_;
   int64_t created_;
   std::vector<std::vector<int32_t>> prompt_ids_;
+  bool return_prompt_logprobs_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -197,12 +391,12 @@ class ChatJob : public ResponseJob {
   ChatJob(AsyncEngine& e, const Tokenizer& t, ApiRequest r, std::string id, std::string model, bool reasoning,
           bool tools)
       : reqs_(e), tok_(t), r_(std::move(r)), id_(std::move(id)), model_(std::move(model)), created_(unix_now()) {
-    const auto& k = r_.chat_template_kwargs;
-    const bool thinking = !((k.contains("thinking") && k["thinking"] == false) ||
-                            (k.contains("enable_thinking") && k["enable_thinking"] == false));
     reasoning_ = reasoning;
-    thinking_ = thinking;
+    // The template renders thinking on or off by Python truthiness; a continued final message
+    // is answer text (the template closes its <think></think> before it).
+    thinking_ = thinking_enabled(r_.chat_template_kwargs) && !r_.continue_final_message;
     tools_ = tools && !r_.tools.is_null() && r_.tool_choice != "none";
+    strip_markers_ = !r_.params.visible_special_ids.empty();
   }
 
   void submit(std::vector<int32_t> prompt) {
@@ -224,8 +418,8 @@ class ChatJob : public ResponseJob {
       ojson reasoning = nullptr;
       if (reasoning_) {
         const auto rr = KimiK2ReasoningParser(thinking_).extract(content);
-        if (rr.reasoning) reasoning = *rr.reasoning;
-        content = rr.content;
+        if (rr.reasoning) reasoning = strip_markers_ ? MarkerStripper::strip(*rr.reasoning) : *rr.reasoning;
+        content = strip_markers_ ? MarkerStripper::strip(rr.content) : rr.content;
       }
       ojson tool_calls = ojson::array();
       bool called = false;
@@ -244,14 +438,18 @@ class ChatJob : public ResponseJob {
       arr.push_back({{"index", i}, {"message", message}, {"logprobs", logprobs_json(c.logprobs)},
                      {"finish_reason", fr}, {"stop_reason", stop_reason_json(c)}});
     }
-    return {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", model_}, {"choices", arr},
-            {"usage", usage_json(prompt_len_, completion, cached)}};
+    ojson out = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", model_},
+                 {"choices", arr}, {"usage", usage_json(prompt_len_, completion, cached)}};
+    // vLLM gives the (shared) prompt's logprobs once, beside the choices.
+    if (r_.params.prompt_logprobs) out["prompt_logprobs"] = prompt_logprobs_json(tok_, choices[0].prompt_logprobs);
+    return out;
   }
 
   void stream(EventWriter& w) override {
     const size_t n = size_t(r_.params.n);
     std::vector<std::unique_ptr<KimiK2ReasoningParser>> rp(n);
     std::vector<std::unique_ptr<KimiK2ToolParser>> tp(n);
+    std::vector<MarkerStripper> strip_reasoning(n), strip_content(n);
     for (size_t i = 0; i < n; ++i) {
       if (reasoning_) rp[i] = std::make_unique<KimiK2ReasoningParser>(thinking_);
       if (tools_) tp[i] = std::make_unique<KimiK2ToolParser>();
@@ -271,6 +469,11 @@ class ChatJob : public ResponseJob {
       };
       if (rp[i]) content = split(rp[i]->push(content));
       if (o->finished && rp[i]) content += split(rp[i]->finish());
+      if (rp[i] && strip_markers_) {
+        reasoning = strip_reasoning[i].push(reasoning);
+        content = strip_content[i].push(content);
+        if (o->finished) reasoning += strip_reasoning[i].finish(), content += strip_content[i].finish();
+      }
       ojson calls = ojson::array();
       if (tp[i]) {
         auto add = [&](KimiK2ToolParser::StreamDelta d) {
@@ -342,16 +545,49 @@ class ChatJob : public ResponseJob {
   int64_t created_;
   int64_t prompt_len_ = 0;
   bool reasoning_ = false, thinking_ = true, tools_ = false;
+  bool strip_markers_ = false;  // the parser markers were made visible only for the parser
 };
+
+// continue_final_message: the rendered prompt ends right after the final message's text, without
+// its end-of-turn, so that the model continues it (Hugging Face's apply_chat_template rule: the
+// last place the stripped text occurs, keeping its trailing whitespace when the template did).
+void cut_after_final_message(std::string& prompt, const ojson& message) {
+  std::string text;
+  const ojson* content = message.contains("content") ? &message["content"] : nullptr;
+  if (content && content->is_string()) {
+    text = content->get<std::string>();
+  } else if (content && content->is_array()) {
+    for (auto it = content->rbegin(); it != content->rend(); ++it)
+      if (it->contains("text") && (*it)["text"].is_string()) {
+        text = (*it)["text"].get<std::string>();
+        break;
+      }
+  }
+  auto is_space = [](char c) { return parser_detail::is_space(c); };
+  size_t b = 0, e = text.size();
+  while (b < e && is_space(text[b])) ++b;
+  while (e > b && is_space(text[e - 1])) --e;
+  const std::string stripped = text.substr(b, e - b), lstripped = text.substr(b);
+  if (stripped.empty())
+    throw ApiError(400, "'continue_final_message' needs a final message with text to continue", "messages");
+  const size_t at = prompt.rfind(stripped);
+  if (at == std::string::npos)
+    throw ApiError(400, "'continue_final_message': the final message does not appear in the rendered chat",
+                   "messages");
+  prompt.resize(at + (prompt.compare(at, lstripped.size(), lstripped) == 0 ? lstripped.size() : stripped.size()));
+}
 
 void apply_length_limits(ApiRequest& r, int64_t prompt_len, int64_t max_model_len) {
   if (prompt_len >= max_model_len)
     throw ApiError(400, "This model's maximum context length is " + std::to_string(max_model_len) +
                             " tokens. However, your request has " + std::to_string(prompt_len) +
                             " input tokens. Please reduce the length of the input messages.", "messages");
-  if (r.max_tokens_given && prompt_len + r.params.max_tokens > max_model_len)
+  // Compared without adding: max_tokens may be as large as INT64_MAX. Both are non-negative
+  // int64, so their sum fits in uint64 for the message.
+  if (r.max_tokens_given && r.params.max_tokens > max_model_len - prompt_len)
     throw ApiError(400, "This model's maximum context length is " + std::to_string(max_model_len) +
-                            " tokens. However, you requested " + std::to_string(prompt_len + r.params.max_tokens) +
+                            " tokens. However, you requested " +
+                            std::to_string(uint64_t(prompt_len) + uint64_t(r.params.max_tokens)) +
                             " tokens (" + std::to_string(prompt_len) + " in the messages, " +
                             std::to_string(r.params.max_tokens) +
                             " in the completion). Please reduce the length of the messages or completion.",
@@ -418,6 +654,8 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_completion(const ojson& body) 
     throw;
   } catch (const EngineShuttingDown&) {
     throw;  // the HTTP layer answers 503
+  } catch (const ParamError& e) {
+    throw ApiError(400, e.what(), e.param());
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }
@@ -428,14 +666,20 @@ std::string OpenAiServing::render_chat(const ApiRequest& r) const {
   if (config_.chat_template.empty())
     throw ApiError(400, "this model has no chat template; use /v1/completions or start the server with --chat-template");
   ojson kwargs = r.chat_template_kwargs;
-  const ojson tools = r.tool_choice == "none" ? ojson() : r.tools;
+  // vLLM keeps the tools in the prompt with tool_choice "none" (the model still sees them, it
+  // is only not parsed for calls) unless --exclude-tools-when-tool-choice-none.
+  const bool exclude = r.tool_choice == "none" && config_.exclude_tools_when_tool_choice_none;
+  const ojson tools = exclude ? ojson() : r.tools;
+  std::string prompt;
   try {
-    return render_chat_template(config_.chat_template, r.messages, tools, r.add_generation_prompt, kwargs,
-                                tokenizer_.bos_id() >= 0 ? token_text(tokenizer_, tokenizer_.bos_id()) : "",
-                                tokenizer_.eos_id() >= 0 ? token_text(tokenizer_, tokenizer_.eos_id()) : "");
+    prompt = render_chat_template(config_.chat_template, r.messages, tools, r.add_generation_prompt, kwargs,
+                                  tokenizer_.bos_id() >= 0 ? token_text(tokenizer_, tokenizer_.bos_id()) : "",
+                                  tokenizer_.eos_id() >= 0 ? token_text(tokenizer_, tokenizer_.eos_id()) : "");
   } catch (const Error& e) {
     throw ApiError(400, std::string("chat template: ") + e.what(), "messages");
   }
+  if (r.continue_final_message) cut_after_final_message(prompt, r.messages.back());
+  return prompt;
 }
 
 std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
@@ -444,9 +688,17 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
   check_capacity();
   std::vector<int32_t> prompt = tokenizer_.encode(render_chat(r));
   apply_length_limits(r, int64_t(prompt.size()), engine_.max_model_len());
-  // The parsers read the markers (<think>, <|tool_call_begin|>...), which are special tokens.
+  // The parsers read markers (<think>, <|tool_call_begin|>...) that are special tokens. The tool
+  // parser needs them all (vLLM's kimi_k2 tool parser turns skip_special_tokens off too); the
+  // reasoning parser only its own, so just those stay visible and the client's
+  // skip_special_tokens holds for the rest (vLLM finds reasoning by token id).
   const bool tools_active = config_.tool_parser && !r.tools.is_null() && r.tool_choice != "none";
-  if (config_.reasoning_parser || tools_active) r.params.skip_special_tokens = false;
+  if (tools_active) {
+    r.params.skip_special_tokens = false;
+  } else if (config_.reasoning_parser && r.params.skip_special_tokens) {
+    for (std::string_view m : kParserMarkers)
+      if (auto id = tokenizer_.token_id(m)) r.params.visible_special_ids.push_back(*id);
+  }
   const std::string model = r.model.empty() ? config_.served_model_names[0] : r.model;
   std::string id = r.request_id.empty() ? next_id("chatcmpl") : r.request_id;
   auto job = std::make_unique<ChatJob>(engine_, tokenizer_, std::move(r), std::move(id), model,
@@ -457,6 +709,8 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
     throw;
   } catch (const EngineShuttingDown&) {
     throw;  // the HTTP layer answers 503
+  } catch (const ParamError& e) {
+    throw ApiError(400, e.what(), e.param());
   } catch (const Error& e) {
     throw ApiError(400, e.what());
   }

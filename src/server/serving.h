@@ -18,6 +18,7 @@ struct ServingConfig {
   std::string chat_template;                    // the tokenizer's unless overridden
   bool reasoning_parser = false;                // --reasoning-parser kimi_k2
   bool tool_parser = false;                     // --tool-call-parser kimi_k2
+  bool exclude_tools_when_tool_choice_none = false;  // --exclude-tools-when-tool-choice-none
   int64_t max_waiting = 1024;                   // requests beyond this in the queue get 429
 };
 

@@ -1,12 +1,14 @@
 #include "tokenizer/incremental_decoder.h"
 
+#include <algorithm>
+
 #include "tokenizer/utf8.h"
 
 namespace kimi {
 
 std::string IncrementalDecoder::push(int32_t id) {
   const std::string_view bytes = tok_->token_bytes(id);  // throws on a bad id, before any change
-  if (skip_special_ && tok_->is_special(id)) return {};
+  if (skip_special_ && tok_->is_special(id) && std::find(kept_.begin(), kept_.end(), id) == kept_.end()) return {};
   pending_.append(bytes);
   std::string out;
   size_t i = 0;

@@ -7,6 +7,7 @@
 // utf8::replace_invalid(tokenizer.decode(ids)), which is decode(ids) itself when that is valid.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
@@ -14,9 +15,11 @@ namespace kimi {
 
 class IncrementalDecoder {
  public:
-  // The tokenizer must outlive the decoder.
-  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false)
-      : tok_(&tokenizer), skip_special_(skip_special_tokens) {}
+  // The tokenizer must outlive the decoder. With skip_special_tokens, the specials in
+  // `kept_specials` are still written (output parsers' markers).
+  explicit IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false,
+                              std::vector<int32_t> kept_specials = {})
+      : tok_(&tokenizer), skip_special_(skip_special_tokens), kept_(std::move(kept_specials)) {}
 
   // Newly completed text after this id (possibly empty). Bad ids throw kimi::Error.
   std::string push(int32_t id);
@@ -28,6 +31,7 @@ class IncrementalDecoder {
  private:
   const Tokenizer* tok_;
   bool skip_special_;
+  std::vector<int32_t> kept_;
   std::string pending_;
 };
 

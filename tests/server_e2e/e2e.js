@@ -93,8 +93,34 @@ async function main() {
       logprobs: 2, seed: 7, echo: true, ignore_eos: true });
     assert(r.choices.length === 4, 'four choices');
     assert(r.choices[0].text.startsWith('One') && r.choices[2].text.startsWith('Two'), 'echo');
-    assert(r.choices[0].logprobs.token_logprobs.length === 3, 'logprobs per token');
+    // With echo the prompt tokens come first (the first without a logprob), as in OpenAI's API.
+    const lp = r.choices[0].logprobs;
+    assert(lp.token_logprobs.length === lp.tokens.length && lp.tokens.length > 3, 'logprobs per token');
+    assert(lp.token_logprobs[0] === null && lp.top_logprobs[0] === null, 'first prompt token has no logprob');
+    assert(lp.text_offset.length === lp.tokens.length && lp.text_offset[0] === 0, 'text offsets');
+    assert(lp.tokens.join('').startsWith('One'), 'tokens spell the echoed text');
     assert(r.usage.completion_tokens === 12, JSON.stringify(r.usage));
+  });
+
+  await check('hostile request bodies (issue 19)', async () => {
+    const deep = '{"x":' + '['.repeat(100000) + ']'.repeat(100000) + ',"y":1}';
+    for (const route of ['/tokenize', '/v1/completions', '/v1/chat/completions']) {
+      const r = await raw(server.base, route, deep);
+      assert(r.status === 400 && r.json.error.message.includes('levels deep'), route + ': ' + r.status);
+    }
+    let r = await raw(server.base, '/v1/completions', '{"model":"tiny","prompt":[4294967301],"max_tokens":1}');
+    assert(r.status === 400 && r.json.error.param === 'prompt', 'token id beyond int32: ' + JSON.stringify(r.json));
+    r = await raw(server.base, '/v1/completions', '{"model":"tiny","prompt":"x","n":4294967297}');
+    assert(r.status === 400 && r.json.error.param === 'n', 'n beyond int32: ' + JSON.stringify(r.json));
+    r = await raw(server.base, '/v1/completions', '{"model":"tiny","prompt":"x","max_tokens":9223372036854775807}');
+    assert(r.status === 400 && r.json.error.param === 'max_tokens', 'max_tokens overflow: ' + JSON.stringify(r.json));
+    r = await raw(server.base, '/v1/completions', { model: 'tiny', prompt: 'x', temperature: -1 });
+    assert(r.status === 400 && r.json.error.param === 'temperature', 'engine-side param: ' + JSON.stringify(r.json));
+    r = await raw(server.base, '/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: [
+      { type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: 'file:///etc/passwd' } }] }] });
+    assert(r.status === 400 && r.json.error.message.includes('text only'), 'media part: ' + JSON.stringify(r.json));
+    const health = await fetch(server.base + '/health');
+    assert(health.status === 200, 'still serving');
   });
 
   await check('chat with reasoning split', async () => {
