@@ -108,7 +108,7 @@ void AsyncEngine::drain() {
   wait_drained(std::nullopt);
 }
 
-void AsyncEngine::abort_all(const std::string& reason) {
+void AsyncEngine::abort_all(const std::string& reason, int error_status) {
   {
     std::lock_guard lock(mu_);
     std::vector<std::string> ids;
@@ -122,6 +122,7 @@ void AsyncEngine::abort_all(const std::string& reason) {
       o.finished = true;
       o.finish_reason = FinishReason::Abort;
       o.error = reason;
+      o.error_status = error_status;
       for (int n = streams_.at(id).open_completions; n > 0; --n) deliver(o);
     }
   }

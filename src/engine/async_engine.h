@@ -69,7 +69,7 @@ class AsyncEngine {
   void drain();
   // Aborts every accepted request now; each stream ends with an output carrying `reason` as its
   // error, so that its client is answered (the drain's time limit, a second signal).
-  void abort_all(const std::string& reason);
+  void abort_all(const std::string& reason, int error_status = 500);
 
  private:
   void loop();

@@ -37,6 +37,7 @@ struct RequestOutput {
   int32_t stop_token = -1;  // or the stop_token_ids entry that did
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // usage so far
   std::string error;        // set when the request failed (e.g. rejected at admission)
+  int error_status = 500;   // with error: the HTTP status a server answers it with
 };
 
 class OutputProcessor {

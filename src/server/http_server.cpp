@@ -280,7 +280,7 @@ void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   server_->set_closing();  // keep-alive connections close after their current answer
   const bool drained = drain_timeout.count() < 0 ? engine_.wait_drained(std::nullopt) : engine_.wait_drained(drain_timeout);
   if (!drained) {
-    engine_.abort_all("the server is shutting down: the request was aborted at the drain time limit");
+    engine_.abort_all("the server is shutting down: the request was aborted at the drain time limit", 503);
     engine_.wait_drained(std::chrono::seconds(5));
   }
   server_->wait_idle(std::chrono::seconds(5));  // the aborted requests' answers are written
@@ -289,7 +289,7 @@ void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
 
 void HttpServer::abort_in_flight() {
   engine_.begin_drain();
-  engine_.abort_all("the server is shutting down: the request was aborted");
+  engine_.abort_all("the server is shutting down: the request was aborted", 503);
 }
 
 }  // namespace kimi

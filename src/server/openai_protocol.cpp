@@ -13,6 +13,7 @@ ojson error_body(int status, const std::string& message, const std::string& para
                      : status == 404 ? "NotFoundError"
                      : status == 413 ? "RequestTooLargeError"
                      : status == 429 ? "RateLimitError"
+                     : status == 503 ? "ServiceUnavailableError"
                      : status >= 500 ? "InternalServerError"
                                      : "BadRequestError";
   ojson e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}};

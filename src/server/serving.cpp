@@ -165,7 +165,7 @@ struct ChoiceState {
 void drain(RequestStream& s, std::vector<ChoiceState>& choices, size_t offset, int64_t& completion_tokens,
            int64_t& cached) {
   while (auto o = s.next()) {
-    if (!o->error.empty()) throw ApiError(500, o->error);
+    if (!o->error.empty()) throw ApiError(o->error_status, o->error);
     ChoiceState& c = choices[offset + size_t(o->index)];
     c.text += o->text;
     c.tokens.insert(c.tokens.end(), o->token_ids.begin(), o->token_ids.end());
@@ -285,7 +285,7 @@ class CompletionJob : public ResponseJob {
       prompt += int64_t(prompt_ids_[i].size());
       while (auto o = reqs_.streams()[i]->next()) {
         if (!o->error.empty()) {
-          w.write(sse(error_body(500, o->error)));
+          w.write(sse(error_body(o->error_status, o->error)));
           return;
         }
         const size_t k = i * n + size_t(o->index);
@@ -458,7 +458,7 @@ class ChatJob : public ResponseJob {
     int64_t completion = 0, cached = 0;
     while (auto o = reqs_.streams()[0]->next()) {
       if (!o->error.empty()) {
-        w.write(sse(error_body(500, o->error)));
+        w.write(sse(error_body(o->error_status, o->error)));
         return;
       }
       const size_t i = size_t(o->index);
