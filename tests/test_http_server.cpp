@@ -164,19 +164,8 @@ std::string get(const std::string& path, const std::string& extra = "") {
   return "GET " + path + " HTTP/1.1\r\nHost: t\r\n" + extra + "\r\n";
 }
 
-class HttpServerTest : public ::testing::Test {
+class HttpServerTest : public test::TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    const auto path = test::make_tiny_model(*dir_);
-    model_ = new Model(path, ModelOptions{.num_threads = 2});
-    tokenizer_ = new Tokenizer(Tokenizer::load(path));
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete dir_;
-  }
 
   void start(HttpConfig hc = {}) {
     EngineConfig ec;
@@ -184,7 +173,7 @@ class HttpServerTest : public ::testing::Test {
     ec.scheduler.max_model_len = 8192;
     ec.scheduler.max_num_seqs = 16;
     ec.kv_cache_bytes = size_t(2048) * KvStorage::bytes_per_block(model_->config(), ec.block_size);
-    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_, ec);
+    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_.get(), ec);
     ServingConfig sc;
     sc.served_model_names = {"tiny"};
     sc.chat_template = tokenizer_->chat_template();
@@ -228,9 +217,6 @@ class HttpServerTest : public ::testing::Test {
            R"(,"ignore_eos":true,"stream":)" + (stream ? "true" : "false") + "}";
   }
 
-  static test::TempDir* dir_;
-  static Model* model_;
-  static Tokenizer* tokenizer_;
   std::unique_ptr<AsyncEngine> engine_;
   std::unique_ptr<OpenAiServing> serving_;
   std::unique_ptr<HttpServer> server_;
@@ -238,9 +224,6 @@ class HttpServerTest : public ::testing::Test {
   bool listened_ = false;
   bool stopped_ = false;
 };
-test::TempDir* HttpServerTest::dir_ = nullptr;
-Model* HttpServerTest::model_ = nullptr;
-Tokenizer* HttpServerTest::tokenizer_ = nullptr;
 
 TEST_F(HttpServerTest, PipelinedRequestsAreAllAnsweredInOrder) {
   start();

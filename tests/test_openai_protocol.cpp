@@ -9,6 +9,7 @@
 #include "server/api_error.h"
 #include "server/json_body.h"
 #include "server/openai_protocol.h"
+#include "test_util.h"
 
 namespace kimi {
 namespace {
@@ -35,35 +36,6 @@ std::string nested(int depth, const std::string& open = "[", const std::string& 
   return s;
 }
 
-// Runs f on a thread with a stack of `bytes` (the server's request threads get the default 8 MiB),
-// so that unbounded recursion shows as a crash here rather than depending on the main thread's
-// stack limit. Exceptions are reported as test failures.
-inline void on_stack(size_t bytes, const std::function<void()>& f) {
-  struct Call {
-    const std::function<void()>* f;
-    std::string error;
-  } call{&f, {}};
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, bytes);
-  pthread_t thread;
-  const int rc = pthread_create(
-      &thread, &attr,
-      [](void* p) -> void* {
-        Call& c = *static_cast<Call*>(p);
-        try {
-          (*c.f)();
-        } catch (const std::exception& e) {
-          c.error = e.what();
-        }
-        return nullptr;
-      },
-      &call);
-  pthread_attr_destroy(&attr);
-  ASSERT_EQ(rc, 0);
-  pthread_join(thread, nullptr);
-  EXPECT_EQ(call.error, "");
-}
 
 ApiRequest completion(const std::string& body) { return parse_completion_request(parse_json_body(body)); }
 ApiRequest chat(const std::string& body) { return parse_chat_request(parse_json_body(body)); }
@@ -71,7 +43,7 @@ ApiRequest chat(const std::string& body) { return parse_chat_request(parse_json_
 TEST(JsonBody, TheIssuesDeepBodyIsA400NotACrash) {
   // Issue 19's body: 100,000 levels, then another key. Adding "y" to the object copied the deep
   // value recursively (inside the JSON parser) and overflowed a request thread's 8 MiB stack.
-  on_stack(size_t(8) << 20, [] {
+  test::on_stack(size_t(8) << 20, [] {
     const std::string body = "{\"x\":" + nested(100000) + ",\"y\":1}";
     const ApiError e = api_error_of([&] { (void)parse_completion_request(parse_json_body(body)); });
     EXPECT_EQ(e.status(), 400);

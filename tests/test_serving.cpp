@@ -23,35 +23,6 @@
 namespace kimi {
 namespace {
 
-// Runs f on a thread with a stack of `bytes` (the server's request threads get the default 8 MiB),
-// so that unbounded recursion shows as a crash here rather than depending on the main thread's
-// stack limit. Exceptions are reported as test failures.
-inline void on_stack(size_t bytes, const std::function<void()>& f) {
-  struct Call {
-    const std::function<void()>* f;
-    std::string error;
-  } call{&f, {}};
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, bytes);
-  pthread_t thread;
-  const int rc = pthread_create(
-      &thread, &attr,
-      [](void* p) -> void* {
-        Call& c = *static_cast<Call*>(p);
-        try {
-          (*c.f)();
-        } catch (const std::exception& e) {
-          c.error = e.what();
-        }
-        return nullptr;
-      },
-      &call);
-  pthread_attr_destroy(&attr);
-  ASSERT_EQ(rc, 0);
-  pthread_join(thread, nullptr);
-  EXPECT_EQ(call.error, "");
-}
 
 class Collector : public EventWriter {
  public:
@@ -74,19 +45,8 @@ class Collector : public EventWriter {
   std::string raw;
 };
 
-class ServingTest : public ::testing::Test {
+class ServingTest : public test::TinyModelTest {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    const auto path = test::make_tiny_model(*dir_);
-    model_ = new Model(path, ModelOptions{.num_threads = 2});
-    tokenizer_ = new Tokenizer(Tokenizer::load(path));
-  }
-  static void TearDownTestSuite() {
-    delete tokenizer_;
-    delete model_;
-    delete dir_;
-  }
 
   // A fresh engine and serving layer (engine state must not leak between tests).
   OpenAiServing& serve(ServingConfig sc = {}) {
@@ -97,7 +57,7 @@ class ServingTest : public ::testing::Test {
     c.scheduler.max_num_seqs = 16;
     c.kv_cache_bytes = size_t(256) * KvStorage::bytes_per_block(model_->config(), c.block_size);
     c.enable_prefix_caching = true;
-    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_, c);
+    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_.get(), c);
     if (sc.served_model_names.empty()) sc.served_model_names = {"tiny"};
     sc.chat_template = tokenizer_->chat_template();
     serving_ = std::make_unique<OpenAiServing>(*engine_, *tokenizer_, sc);
@@ -135,22 +95,16 @@ class ServingTest : public ::testing::Test {
   }
   static int32_t special(const char* text) { return *tokenizer_->token_id(text); }
 
-  static test::TempDir* dir_;
-  static Model* model_;
-  static Tokenizer* tokenizer_;
   std::unique_ptr<AsyncEngine> engine_;
   std::unique_ptr<OpenAiServing> serving_;
 };
-test::TempDir* ServingTest::dir_ = nullptr;
-Model* ServingTest::model_ = nullptr;
-Tokenizer* ServingTest::tokenizer_ = nullptr;
 
 const char* kUser = R"("messages":[{"role":"user","content":"Tell me a story."}])";
 
 TEST_F(ServingTest, DeepBodiesGetA400OnEveryEndpoint) {
   OpenAiServing& s = serve();
   // On a request thread's stack (8 MiB), as in the server.
-  on_stack(size_t(8) << 20, [&] {
+  test::on_stack(size_t(8) << 20, [&] {
     const std::string deep = "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + ",\"y\":1}";
     for (int endpoint = 0; endpoint < 3; ++endpoint) {
       const ApiError e = api_error_of([&] {
@@ -172,7 +126,7 @@ TEST_F(ServingTest, DeepBodiesGetA400OnEveryEndpoint) {
     schema = R"({"type":"object","properties":{"a":)" + schema + R"(},"required":["a"]})";
   const std::string body = std::string("{") + kUser + R"(,"tools":[{"type":"function","function":{"name":"f","parameters":)" +
                            schema + "}}]}";
-  on_stack(size_t(4) << 20, [&] {
+  test::on_stack(size_t(4) << 20, [&] {
     try {
       EXPECT_GT(s.tokenize(parse_json_body(body))["count"].get<int64_t>(), 0);
     } catch (const ApiError& e) {

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the test files: scratch directories and the tiny model they all use.
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "model/model.h"
 #include "modelgen/make_model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kimi::test {
 
@@ -47,15 +49,49 @@ class TinyModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = std::make_unique<TempDir>();
-    model_ = std::make_unique<Model>(make_tiny_model(*dir_), ModelOptions{.num_threads = 2});
+    const auto path = make_tiny_model(*dir_);
+    model_ = std::make_unique<Model>(path, ModelOptions{.num_threads = 2});
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(path));
   }
   static void TearDownTestSuite() {
+    tokenizer_.reset();
     model_.reset();
     dir_.reset();
   }
   static inline std::unique_ptr<TempDir> dir_;
   static inline std::unique_ptr<Model> model_;
+  static inline std::unique_ptr<Tokenizer> tokenizer_;
 };
+
+// Runs f on a thread with a stack of `bytes` (the server's request threads get the default 8 MiB),
+// so that unbounded recursion shows as a crash here rather than depending on the main thread's
+// stack limit. Exceptions are reported as test failures.
+inline void on_stack(size_t bytes, const std::function<void()>& f) {
+  struct Call {
+    const std::function<void()>* f;
+    std::string error;
+  } call{&f, {}};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, bytes);
+  pthread_t thread;
+  const int rc = pthread_create(
+      &thread, &attr,
+      [](void* p) -> void* {
+        Call& c = *static_cast<Call*>(p);
+        try {
+          (*c.f)();
+        } catch (const std::exception& e) {
+          c.error = e.what();
+        }
+        return nullptr;
+      },
+      &call);
+  pthread_attr_destroy(&attr);
+  ASSERT_EQ(rc, 0);
+  pthread_join(thread, nullptr);
+  EXPECT_EQ(call.error, "");
+}
 
 // The message of the kimi::Error that f throws; a test failure if it throws nothing or another type.
 inline std::string error_of(const std::function<void()>& f) {
