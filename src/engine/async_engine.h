@@ -53,6 +53,8 @@ class AsyncEngine {
   int64_t num_waiting();
   std::string render_metrics(const std::string& model_name);
   int64_t max_model_len() const { return max_model_len_; }
+  // Fixed at construction; Metrics is thread-safe.
+  KvCacheInfo kv_cache_info() { return engine_.metrics().snapshot().kv_cache; }
   // Stops taking requests and waits until the in-flight ones have finished (graceful shutdown).
   void drain();
 

@@ -27,14 +27,64 @@ struct Dims {
         v(c.v_head_dim), lora(c.kv_lora_rank), kvb_head(c.qk_nope_head_dim + c.v_head_dim) {}
 };
 
+// Reading one cached row in its own dtype (kv_cache.h): the dot products of a query's latent and
+// rope parts with it, and adding a multiple of its latent to an output. The switch is per row
+// and always takes the same branch, so it costs next to nothing against 576-wide products.
+float rope_dot(const KvRowLayout& l, const std::byte* r, const float* q_rope) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: return dot_f32(q_rope, reinterpret_cast<const float*>(r) + l.lora, l.rope);
+    case KvCacheDtype::BFloat16: return dot_bf16(q_rope, reinterpret_cast<const uint16_t*>(r) + l.lora, l.rope);
+    case KvCacheDtype::Fp8E4m3: {
+      float scale;
+      std::memcpy(&scale, r + l.scale_offset + sizeof(float), sizeof scale);
+      return scale * dot_e4m3(q_rope, reinterpret_cast<const uint8_t*>(r) + l.lora, l.rope);
+    }
+  }
+  return 0.0f;
+}
+
+float row_dot(const KvRowLayout& l, const std::byte* r, const float* q_lat, const float* q_rope) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: {
+      const auto* f = reinterpret_cast<const float*>(r);
+      return dot_f32(q_lat, f, l.lora) + dot_f32(q_rope, f + l.lora, l.rope);
+    }
+    case KvCacheDtype::BFloat16: {
+      const auto* b = reinterpret_cast<const uint16_t*>(r);
+      return dot_bf16(q_lat, b, l.lora) + dot_bf16(q_rope, b + l.lora, l.rope);
+    }
+    case KvCacheDtype::Fp8E4m3: {
+      float scales[2];
+      std::memcpy(scales, r + l.scale_offset, sizeof scales);
+      const auto* b = reinterpret_cast<const uint8_t*>(r);
+      return scales[0] * dot_e4m3(q_lat, b, l.lora) + scales[1] * dot_e4m3(q_rope, b + l.lora, l.rope);
+    }
+  }
+  return 0.0f;
+}
+
+void latent_axpy(const KvRowLayout& l, const std::byte* r, float p, float* o) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: return axpy_f32(o, p, reinterpret_cast<const float*>(r), l.lora);
+    case KvCacheDtype::BFloat16: return axpy_bf16(o, p, reinterpret_cast<const uint16_t*>(r), l.lora);
+    case KvCacheDtype::Fp8E4m3: {
+      float scale;
+      std::memcpy(&scale, r + l.scale_offset, sizeof scale);
+      return axpy_e4m3(o, p * scale, reinterpret_cast<const uint8_t*>(r), l.lora);
+    }
+  }
+}
+
 // Naive form for one sequence: expand every cached latent into per-head keys/values.
 void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                   float scale, ThreadPool& pool, float* attn_out) {
   const KvView& cache = s.kv;
   const int64_t start = cache.length;
   const int64_t ctx = start + s.n_tokens;
+  // The expansion is a matmul over f32 latents: gathering the rows out of their blocks converts
+  // them on the way (O(ctx x lora) against the expansion's O(ctx x lora x H x (nope + v))).
   std::vector<float> latents(static_cast<size_t>(ctx * d.lora));
-  for (int64_t j = 0; j < ctx; ++j) std::memcpy(&latents[size_t(j * d.lora)], cache.row(layer, j), size_t(d.lora) * 4);
+  for (int64_t j = 0; j < ctx; ++j) decode_kv_latent(cache.layout, cache.row(layer, j), &latents[size_t(j * d.lora)]);
   std::vector<float> kv(static_cast<size_t>(ctx * d.H * d.kvb_head));  // [ctx, H, nope + v]
   matmul(pool, w.kv_b, latents.data(), ctx, kv.data());
 
@@ -46,8 +96,8 @@ void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const
       const float* qh = q + (row * d.H + h) * d.qk;
       for (int64_t j = 0; j <= pos; ++j) {
         const float* k_nope = &kv[size_t((j * d.H + h) * d.kvb_head)];
-        const float* k_pe = cache.row(layer, j) + d.lora;
-        scores[size_t(j)] = (dot_f32(qh, k_nope, d.nope) + dot_f32(qh + d.nope, k_pe, d.rope)) * scale;
+        scores[size_t(j)] =
+            (dot_f32(qh, k_nope, d.nope) + rope_dot(cache.layout, cache.row(layer, j), qh + d.nope)) * scale;
       }
       softmax(scores.data(), pos + 1);
       float* o = attn_out + (row * d.H + h) * d.v;
@@ -74,14 +124,12 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
       const float* qh = q + (row * d.H + h) * d.qk;
       // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
       matmul_untransposed(w.kv_b.row_slice(h * d.kvb_head, d.nope), qh, 1, q_lat.data());
-      for (int64_t j = 0; j <= pos; ++j) {
-        const float* r = cache.row(layer, j);
-        scores[size_t(j)] = (dot_f32(q_lat.data(), r, d.lora) + dot_f32(qh + d.nope, r + d.lora, d.rope)) * scale;
-      }
+      for (int64_t j = 0; j <= pos; ++j)
+        scores[size_t(j)] = row_dot(cache.layout, cache.row(layer, j), q_lat.data(), qh + d.nope) * scale;
       softmax(scores.data(), pos + 1);
       float* o = &o_lat[size_t((h * s.n_tokens + t) * d.lora)];
       std::fill(o, o + d.lora, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) axpy_f32(o, scores[size_t(j)], cache.row(layer, j), d.lora);
+      for (int64_t j = 0; j <= pos; ++j) latent_axpy(cache.layout, cache.row(layer, j), scores[size_t(j)], o);
     }
   });
   // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per
@@ -129,7 +177,7 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
       rms_norm(r, 1, d.lora, d.lora, w.kv_a_norm.data(), eps);
       rope.apply(r + d.lora, 1, d.rope, pos);
       rope.apply(&q[size_t(row * d.H * d.qk + d.nope)], d.H, d.qk, pos);
-      std::memcpy(s.kv.row(layer, pos), r, size_t(d.lora + d.rope) * 4);
+      encode_kv_row(s.kv.layout, r, s.kv.row(layer, pos));  // the one conversion of this row
     }
   }
 
