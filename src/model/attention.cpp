@@ -116,20 +116,38 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
   const int64_t ctx = start + s.n_tokens;
   // Attention output in latent space, head-major so each head's value projection is one matmul.
   std::vector<float> o_lat(static_cast<size_t>(d.H * s.n_tokens * d.lora));
-  pool.parallel_for(s.n_tokens * d.H, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(static_cast<size_t>(ctx)), q_lat(static_cast<size_t>(d.lora));
+  // A task takes a group of one token's heads, which share every cache row: each row, once
+  // loaded, serves the whole group from L1, so the cache is streamed once per group instead of
+  // once per head (it is far larger than L2 at long contexts). Groups stay small enough that
+  // every thread gets one.
+  const int64_t group = std::clamp<int64_t>(s.n_tokens * d.H / int64_t(pool.size()), 1, std::min<int64_t>(d.H, 8));
+  const int64_t groups_per_token = (d.H + group - 1) / group;
+  pool.parallel_for(s.n_tokens * groups_per_token, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(static_cast<size_t>(group * ctx)), q_lat(static_cast<size_t>(group * d.lora));
     for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / d.H, h = task % d.H;
+      const int64_t t = task / groups_per_token, h0 = task % groups_per_token * group;
+      const int64_t nh = std::min(group, d.H - h0);
       const int64_t row = s.first_row + t, pos = start + t;
-      const float* qh = q + (row * d.H + h) * d.qk;
+      const float* q0 = q + (row * d.H + h0) * d.qk;  // head h0 + g at q0 + g * qk
       // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
-      matmul_untransposed(w.kv_b.row_slice(h * d.kvb_head, d.nope), qh, 1, q_lat.data());
-      for (int64_t j = 0; j <= pos; ++j)
-        scores[size_t(j)] = row_dot(cache.layout, cache.row(layer, j), q_lat.data(), qh + d.nope) * scale;
-      softmax(scores.data(), pos + 1);
-      float* o = &o_lat[size_t((h * s.n_tokens + t) * d.lora)];
-      std::fill(o, o + d.lora, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) latent_axpy(cache.layout, cache.row(layer, j), scores[size_t(j)], o);
+      for (int64_t g = 0; g < nh; ++g)
+        matmul_untransposed(w.kv_b.row_slice((h0 + g) * d.kvb_head, d.nope), q0 + g * d.qk, 1,
+                            &q_lat[size_t(g * d.lora)]);
+      for (int64_t j = 0; j <= pos; ++j) {
+        const std::byte* r = cache.row(layer, j);
+        for (int64_t g = 0; g < nh; ++g)
+          scores[size_t(g * ctx + j)] = row_dot(cache.layout, r, &q_lat[size_t(g * d.lora)], q0 + g * d.qk + d.nope) * scale;
+      }
+      for (int64_t g = 0; g < nh; ++g) {
+        softmax(&scores[size_t(g * ctx)], pos + 1);
+        float* o = &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)];
+        std::fill(o, o + d.lora, 0.0f);
+      }
+      for (int64_t j = 0; j <= pos; ++j) {
+        const std::byte* r = cache.row(layer, j);
+        for (int64_t g = 0; g < nh; ++g)
+          latent_axpy(cache.layout, r, scores[size_t(g * ctx + j)], &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)]);
+      }
     }
   });
   // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per
