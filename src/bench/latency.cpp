@@ -129,9 +129,9 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   out += "(MB/token: active weight bytes per decoded token; fewer: how many times fewer weight bytes a\n"
          " decoded token reads than the first variant, the speed-up a memory-bound decode can reach;\n"
          " KV B/token: bytes cached per token over all layers, KV: its ratio to the first variant;\n"
-         " decode roofline: active weight bytes + KV reads per\n"
-         " token against read bandwidth; prefill: 2 x active parameters per token against the float\n"
-         " matmul peak, so integer kernels may exceed it)\n";
+         " decode roofline: active weight bytes + KV reads per token against read bandwidth;\n"
+         " prefill: 2 x active parameters per token against the float matmul peak, so integer\n"
+         " kernels may exceed it)\n";
   return out;
 }
 

@@ -10,7 +10,7 @@
 //  - float32:  the values as computed; 4 bytes each (2304 bytes per token and layer for Kimi).
 //  - bfloat16: rounded to nearest even; 2 bytes each (1152 bytes; vLLM's default, "auto").
 //  - fp8_e4m3: 1 byte each plus two float32 scales at the end of the row, one for the latent
-//    and one for the rope key (576 + 8 = 584 bytes; 0.254 of float32). Each scale is the amax
+//    and one for the rope key (576 + 8 = 584 bytes, 0.253 of float32). Each scale is the amax
 //    of its part / 448 (e4m3's largest value), computed when the row is written, so no value
 //    saturates and every row uses e4m3's whole range; the row is stored as value / scale. Why
 //    per row and two per row: activations vary by token (a static per-tensor scale, vLLM's
