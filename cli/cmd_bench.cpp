@@ -13,17 +13,20 @@ namespace kimi::cli {
 namespace {
 
 int run_latency(int argc, char** argv) {
-  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization"},
+  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
+                "kv-cache-dtype"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
-        "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n\n"
+        "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n"
+        "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
         "--quantization values (e.g. none,int4,w4a8) load the model once each and print a table\n"
-        "of their figures and ratios over the first, timed alternately in the same run.\n");
+        "of their figures and ratios over the first, timed alternately in the same run; so do\n"
+        "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token.\n");
     return 0;
   }
   LatencyOptions o;
@@ -31,24 +34,39 @@ int run_latency(int argc, char** argv) {
   o.output_len = a.get_int("output-len", o.output_len);
   o.iterations = int(a.get_int("num-iters", o.iterations));
   o.seed = uint64_t(a.get_int("seed", 0));
-  std::vector<std::string> quantizations;
-  std::stringstream list(a.get("quantization", ""));
-  for (std::string q; std::getline(list, q, ',');) quantizations.push_back(q);
+  const auto split = [](const std::string& s) {
+    std::vector<std::string> out;
+    std::stringstream list(s);
+    for (std::string item; std::getline(list, item, ',');) out.push_back(item);
+    return out;
+  };
+  const std::vector<std::string> quantizations = split(a.get("quantization", ""));
+  std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
+  if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
-  if (quantizations.size() <= 1) {
+  if (quantizations.size() <= 1 && kv_dtypes.size() == 1) {
     mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
+    o.kv_cache_dtype = parse_kv_cache_dtype(kv_dtypes[0]);
     Model model(a.require("model"), mo);
     const LatencyResult r = run_latency_bench(model, o);
     std::fputs(format_latency_report(model, o, r).c_str(), stdout);
     return 0;
   }
+  // Every quantization x every KV dtype; one loading per quantization.
   std::vector<std::unique_ptr<Model>> models;
   std::vector<LatencyVariant> variants;
-  for (const std::string& q : quantizations) {
+  for (const std::string& q : quantizations.empty() ? std::vector<std::string>{""} : quantizations) {
     mo.quantization = QuantizationRequest::parse(q);
     models.push_back(std::make_unique<Model>(a.require("model"), mo));
-    variants.push_back({q.empty() || q == "none" ? "float" : q, models.back().get(), {}});
+    const std::string weights = q.empty() || q == "none" ? "float" : q;
+    for (const std::string& d : kv_dtypes) {
+      const KvCacheDtype kv = parse_kv_cache_dtype(d);
+      const std::string label = kv_dtypes.size() == 1 ? weights
+                                : quantizations.size() <= 1 ? "kv " + std::string(kv_cache_dtype_name(kv))
+                                                            : weights + "/" + std::string(kv_cache_dtype_name(kv));
+      variants.push_back({label, models.back().get(), {}, kv});
+    }
   }
   run_latency_comparison(variants, o);
   std::fputs(format_latency_comparison(variants, o).c_str(), stdout);

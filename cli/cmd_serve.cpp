@@ -48,6 +48,7 @@ void usage() {
       "  --max-model-len N  --max-num-seqs N (256)  --max-num-batched-tokens N (2048)  --block-size N (16)\n"
       "  --enable-prefix-caching | --no-enable-prefix-caching  --seed N  --max-waiting N (1024)\n"
       "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
+      "  --kv-cache-dtype auto|bfloat16|fp8|fp8_e4m3|float32 (auto = bfloat16; fp8 = e4m3, a scale per row)\n"
       "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
       "  --enable-auto-tool-choice  --exclude-tools-when-tool-choice-none  --trust-remote-code\n"
       "  --allowed-local-media-path DIR (accepted)\n"
@@ -67,7 +68,7 @@ int run_serve(int argc, char** argv) {
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
                 "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
-                "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers"},
+                "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype"},
                {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
                 "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"});
   if (a.has("help") || a.positionals().size() != 1) {
@@ -106,6 +107,7 @@ int run_serve(int argc, char** argv) {
   ec.seed = uint64_t(a.get_int("seed", 0));
   if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
   ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
+  ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));
   AsyncEngine engine(model, &tokenizer, ec);
 
   ServingConfig sc;
@@ -159,8 +161,13 @@ int run_serve(int argc, char** argv) {
   });
   std::thread announcer([&] {
     for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::fprintf(stderr, "kimi serve: %s on http://%s:%d (max_model_len %lld)\n", sc.served_model_names[0].c_str(),
-                 hc.host.c_str(), server.bound_port(), (long long)engine.max_model_len());
+    const KvCacheInfo kv = engine.kv_cache_info();
+    std::fprintf(stderr,
+                 "kimi serve: %s on http://%s:%d (max_model_len %lld; KV cache %s, %lld bytes per token, "
+                 "%lld tokens)\n",
+                 sc.served_model_names[0].c_str(), hc.host.c_str(), server.bound_port(),
+                 (long long)engine.max_model_len(), kv.cache_dtype.c_str(), (long long)kv.bytes_per_token,
+                 (long long)kv.capacity_tokens());
   });
   const bool ok = server.listen();
   announcer.join();

@@ -100,6 +100,22 @@ TEST(Cli, BenchLatencyComparesQuantizationsInOneRun) {
   EXPECT_NE(r.out.find("linears quantized on load (int4)"), std::string::npos) << r.out;
 }
 
+TEST(Cli, BenchLatencyComparesKvCacheDtypesInOneRun) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(run("make-model " + dir).status, 0);
+  const CmdResult r = run("bench latency --model " + dir +
+                          " --input-len 8 --output-len 4 --num-iters 1 --kv-cache-dtype float32,bfloat16,fp8");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // The tiny preset's rows: 32 latent + 8 rope values; 160 / 80 / 40 + 8 (fp8 scales) bytes per
+  // layer, 3 layers.
+  for (const char* row : {"\nkv float32 ", "\nkv bfloat16 ", "\nkv fp8_e4m3 ", " 480 ", " 240 ", " 144 ", "0.500x",
+                          "0.300x"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
+  EXPECT_NE(run("bench latency --model " + dir + " --input-len 8 --output-len 2 --num-iters 1 --kv-cache-dtype fp16").status,
+            0);
+}
+
 TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();

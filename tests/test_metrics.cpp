@@ -122,6 +122,21 @@ TEST(Metrics, RendersTheExpositionFormat) {
     EXPECT_TRUE(std::regex_match(l, comment) || std::regex_match(l, sample)) << l;
 }
 
+TEST(Metrics, ReportsTheKvCacheShape) {
+  Metrics m;
+  EXPECT_EQ(m.render_prometheus("m").find("cache_config_info"), std::string::npos);  // not set yet
+  m.set_kv_cache_info({16, 1000, "bfloat16", 70272});
+  const std::string text = m.render_prometheus("m");
+  EXPECT_NE(text.find("# TYPE kimi:cache_config_info gauge\n"
+                      "kimi:cache_config_info{model_name=\"m\",block_size=\"16\",cache_dtype=\"bfloat16\","
+                      "num_gpu_blocks=\"1000\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kimi:kv_cache_bytes_per_token{model_name=\"m\"} 70272\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("kimi:kv_cache_capacity_tokens{model_name=\"m\"} 16000\n"), std::string::npos) << text;
+  EXPECT_EQ(m.snapshot().kv_cache.capacity_tokens(), 16000);
+}
+
 TEST(Metrics, EscapesLabelValues) {
   EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
   Metrics m;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -29,8 +30,9 @@ std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o
 }
 
 // One timed prefill + greedy decode; keeps the best times in r.
-void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, LatencyResult& r) {
-  KvCache cache = model.new_cache(o.input_len + o.output_len);
+void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, KvCacheDtype kv_dtype,
+               LatencyResult& r) {
+  KvCache cache(model.config(), o.input_len + o.output_len, kv_dtype);
   auto t0 = Clock::now();
   std::vector<float> logits = forward_sequence(model, prompt, cache);
   r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
@@ -42,15 +44,14 @@ void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOp
   r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
 }
 
-void finish(const Model& model, const LatencyOptions& o, LatencyResult& r) {
+void finish(const Model& model, const LatencyOptions& o, KvCacheDtype kv_dtype, LatencyResult& r) {
   const ModelConfig& c = model.config();
   r.prefill_tokens_per_s = double(o.input_len) / r.prefill_seconds;
   r.decode_tokens_per_s = double(o.output_len) / r.decode_seconds;
   // Decode reads every active weight once and the cache rows of every layer at each step.
   const double mean_ctx = double(o.input_len) + double(o.output_len + 1) / 2.0;
-  const double kv_row_bytes = double(c.kv_lora_rank + c.qk_rope_head_dim) * sizeof(float);
-  r.decode_bytes_per_token =
-      double(model.weights().active_bytes_per_token) + mean_ctx * double(c.num_hidden_layers) * kv_row_bytes;
+  r.kv_bytes_per_token = double(KvStorage::bytes_per_token(c, kv_dtype));
+  r.decode_bytes_per_token = double(model.weights().active_bytes_per_token) + mean_ctx * r.kv_bytes_per_token;
   r.prefill_flops_per_token = 2.0 * double(model.weights().active_params_per_token);
   if (r.read_bandwidth > 0) r.decode_roofline_fraction = r.decode_bytes_per_token * r.decode_tokens_per_s / r.read_bandwidth;
   if (r.matmul_peak_flops > 0)
@@ -69,12 +70,12 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   const std::vector<int32_t> prompt = random_prompt(model.config(), o);
   LatencyResult r;
   r.prefill_seconds = r.decode_seconds = 1e30;
-  for (int it = 0; it < o.iterations; ++it) time_once(model, prompt, o, r);
+  for (int it = 0; it < o.iterations; ++it) time_once(model, prompt, o, o.kv_cache_dtype, r);
   if (o.measure_limits) {
     r.read_bandwidth = measure_read_bandwidth(model.pool());
     r.matmul_peak_flops = measure_matmul_flops(model.pool());
   }
-  finish(model, o, r);
+  finish(model, o, o.kv_cache_dtype, r);
   return r;
 }
 
@@ -84,7 +85,7 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   const std::vector<int32_t> prompt = random_prompt(variants[0].model->config(), o);
   for (LatencyVariant& v : variants) v.result.prefill_seconds = v.result.decode_seconds = 1e30;
   for (int it = 0; it < o.iterations; ++it)
-    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.result);
+    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.kv_cache_dtype, v.result);
   double bw = 0, peak = 0;
   if (o.measure_limits) {
     bw = measure_read_bandwidth(variants[0].model->pool());
@@ -93,7 +94,7 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   for (LatencyVariant& v : variants) {
     v.result.read_bandwidth = bw;
     v.result.matmul_peak_flops = peak;
-    finish(*v.model, o, v.result);
+    finish(*v.model, o, v.kv_cache_dtype, v.result);
   }
 }
 
@@ -105,27 +106,32 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   std::snprintf(line, sizeof line,
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
                 "measured read bandwidth %.2f GB/s, matmul peak %.2f GFLOP/s\n\n"
-                "%-8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
+                "%-16s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
                 variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
-                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, "weights", "MB/token", "fewer", "decode tok/s",
-                "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
+                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, "variant", "MB/token", "fewer", "KV B/token",
+                "KV", "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
   out += line;
   for (const LatencyVariant& v : variants) {
     const LatencyResult& r = v.result;
     const double mb = double(v.model->weights().active_bytes_per_token) / 1e6;
     const double base_mb = double(variants[0].model->weights().active_bytes_per_token) / 1e6;
-    std::snprintf(line, sizeof line, "%-8s %10.1f %7.2fx %12.1f %7.2fx %9.1f%% %12.1f %7.2fx %9.1f%%\n",
-                  v.label.c_str(), mb, base_mb / mb, r.decode_tokens_per_s,
+    std::snprintf(line, sizeof line, "%-16s %10.1f %7.2fx %10.0f %7.3fx %12.1f %7.2fx %9.1f%% %12.1f %7.2fx %9.1f%%\n",
+                  v.label.c_str(), mb, base_mb / mb, r.kv_bytes_per_token, r.kv_bytes_per_token / base.kv_bytes_per_token,
+                  r.decode_tokens_per_s,
                   r.decode_tokens_per_s / base.decode_tokens_per_s, 100.0 * r.decode_roofline_fraction,
                   r.prefill_tokens_per_s, r.prefill_tokens_per_s / base.prefill_tokens_per_s,
                   100.0 * r.prefill_roofline_fraction);
     out += line;
   }
-  for (const LatencyVariant& v : variants) out += v.label + ": " + v.model->weights().storage + "\n";
-  out += "(fewer: how many times fewer weight bytes a decoded token reads than the first variant, the\n"
-         " speed-up a memory-bound decode can reach; decode roofline: active weight bytes + KV reads per\n"
-         " token against read bandwidth; prefill: 2 x active parameters per token against the float\n"
-         " matmul peak, so integer kernels may exceed it)\n";
+  for (const LatencyVariant& v : variants)
+    out += v.label + ": " + v.model->weights().storage + ", KV cache " +
+           std::string(kv_cache_dtype_name(v.kv_cache_dtype)) + "\n";
+  out += "(MB/token: active weight bytes per decoded token; fewer: how many times fewer weight bytes a\n"
+         " decoded token reads than the first variant, the speed-up a memory-bound decode can reach;\n"
+         " KV B/token: bytes cached per token over all layers, KV: its ratio to the first variant;\n"
+         " decode roofline: active weight bytes + KV reads per token against read bandwidth;\n"
+         " prefill: 2 x active parameters per token against the float matmul peak, so integer\n"
+         " kernels may exceed it)\n";
   return out;
 }
 
@@ -136,6 +142,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 "model: %lld layers, hidden %lld, %lld experts (%lld active), %.1f MB of weights, "
                 "%.1f MB active per token\n"
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d\n"
+                "KV cache: %s, %.0f bytes per token\n"
                 "prefill: %9.1f tokens/s  (%.3f s)  %7.2f GFLOP/s of a measured matmul peak of %.2f GFLOP/s "
                 "= %.1f%% of roofline\n"
                 "decode:  %9.1f tokens/s  (%.3f s)  %7.2f GB/s of a measured read bandwidth of %.2f GB/s "
@@ -143,7 +150,8 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.n_routed_experts,
                 (long long)c.num_experts_per_tok, double(model.weights().total_bytes) / 1e6,
                 double(model.weights().active_bytes_per_token) / 1e6, model.num_threads(),
-                (long long)o.input_len, (long long)o.output_len, o.iterations, r.prefill_tokens_per_s,
+                (long long)o.input_len, (long long)o.output_len, o.iterations,
+                std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.prefill_tokens_per_s,
                 r.prefill_seconds, r.prefill_flops_per_token * r.prefill_tokens_per_s / 1e9,
                 r.matmul_peak_flops / 1e9, 100.0 * r.prefill_roofline_fraction, r.decode_tokens_per_s,
                 r.decode_seconds, r.decode_bytes_per_token * r.decode_tokens_per_s / 1e9, r.read_bandwidth / 1e9,

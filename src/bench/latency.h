@@ -17,12 +17,14 @@ struct LatencyOptions {
   int iterations = 3;  // best of
   uint64_t seed = 0;
   bool measure_limits = true;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
 };
 
 struct LatencyResult {
   double prefill_seconds = 0, decode_seconds = 0;  // best iteration
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
   double decode_bytes_per_token = 0;   // weights + mean KV read
+  double kv_bytes_per_token = 0;       // cached bytes per token (all layers) in the variant's KV dtype
   double prefill_flops_per_token = 0;  // 2 x active parameters (matmuls only)
   double read_bandwidth = 0;           // bytes/s, measured
   double matmul_peak_flops = 0;        // FLOP/s, measured
@@ -33,13 +35,15 @@ struct LatencyResult {
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
 std::string format_latency_report(const Model& model, const LatencyOptions& options, const LatencyResult& r);
 
-// The same bench over several loadings of one checkpoint (e.g. --quantization none,int4,w4a8):
-// iterations alternate between the variants so that machine noise hits them alike, and the
-// limits are measured once. Ratios in the table are against the first variant.
+// The same bench over several loadings of one checkpoint (e.g. --quantization none,int4,w4a8)
+// and/or KV cache dtypes (--kv-cache-dtype float32,bfloat16,fp8): iterations alternate between
+// the variants so that machine noise hits them alike, and the limits are measured once. Ratios
+// in the table are against the first variant.
 struct LatencyVariant {
   std::string label;
   Model* model = nullptr;
   LatencyResult result;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
 };
 void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& options);
 std::string format_latency_comparison(const std::vector<LatencyVariant>& variants, const LatencyOptions& options);

@@ -66,4 +66,38 @@ uint16_t f32_to_f16(float f) {
   return sign | uint16_t(((r >> 13) - (112u << 10)) & 0xffffu);
 }
 
+float fp8_e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = uint32_t(v & 0x80u) << 24;
+  const uint32_t exp = (v >> 3) & 0xfu, mant = v & 0x7u;
+  if (exp == 15 && mant == 7) return std::bit_cast<float>(sign | 0x7fc00000u);
+  if (exp == 0) return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(mant) * 0x1p-9f));
+  return std::bit_cast<float>(sign | ((exp + 120) << 23) | (mant << 20));
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80u);
+  const uint32_t absu = u & 0x7fffffffu;
+  if (absu > 0x7f800000u) return sign | 0x7f;
+  const float a = std::bit_cast<float>(absu);
+  if (a >= kFp8E4m3Max) return sign | 0x7e;
+  uint32_t bits;
+  if (a < 0x1p-6f) {
+    // Subnormal e4m3: a in units of 2^-9 (exact), rounded half to even. A result of 8 is the
+    // smallest normal, whose encoding is also 8.
+    const float units = a * 512.0f;
+    bits = uint32_t(units);
+    const float frac = units - float(bits);
+    if (frac > 0.5f || (frac == 0.5f && (bits & 1u))) ++bits;
+  } else {
+    // Normal: rebias the exponent (127 -> 7), keep 3 of 23 mantissa bits, round half to even
+    // (a carry into the exponent is the correct next binade).
+    bits = (((absu >> 23) - 120u) << 3) | ((absu >> 20) & 0x7u);
+    const uint32_t rest = absu & 0xfffffu;
+    if (rest > 0x80000u || (rest == 0x80000u && (bits & 1u))) ++bits;
+    if (bits > 0x7eu) bits = 0x7eu;  // just below 448 rounding up: still 448
+  }
+  return uint8_t(sign | bits);
+}
+
 }  // namespace kimi

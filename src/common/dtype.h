@@ -28,4 +28,13 @@ inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+// OCP FP8 E4M3 (torch.float8_e4m3fn, vLLM's "fp8_e4m3"): 1 sign, 4 exponent bits (bias 7),
+// 3 mantissa bits; no infinities, largest finite value 448, NaN = S.1111.111, subnormals
+// m * 2^-9. The KV cache stores its fp8 rows in this format.
+constexpr float kFp8E4m3Max = 448.0f;
+float fp8_e4m3_to_f32(uint8_t v);
+// Round-to-nearest-even; magnitudes beyond 448 (Inf included) saturate to +-448 as vLLM's
+// scaled fp8 conversions clamp; NaN stays NaN (0x7f with the sign).
+uint8_t f32_to_fp8_e4m3(float f);
+
 }  // namespace kimi

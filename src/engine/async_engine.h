@@ -60,6 +60,8 @@ class AsyncEngine {
   int64_t num_waiting();
   std::string render_metrics(const std::string& model_name);
   int64_t max_model_len() const { return max_model_len_; }
+  // Fixed at construction; Metrics is thread-safe.
+  KvCacheInfo kv_cache_info() { return engine_.metrics().snapshot().kv_cache; }
   // Graceful shutdown: begin_drain() stops taking requests (add_request throws
   // EngineShuttingDown); wait_drained() waits until the in-flight ones have finished, at most
   // `timeout` (nullopt: no limit), and says whether they have; drain() is both without limit.

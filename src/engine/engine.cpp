@@ -36,7 +36,7 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
 }
 
 int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
-  const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size);
+  const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size, c.kv_cache_dtype);
   const int64_t blocks = c.num_kv_blocks_override > 0 ? c.num_kv_blocks_override : int64_t(c.kv_cache_bytes / per_block);
   const int64_t needed = (c.scheduler.max_model_len + c.block_size - 1) / c.block_size;
   if (blocks < needed)
@@ -53,10 +53,14 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
       config_(resolve(config, model.config())),
       kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, kv_),
-      executor_(std::make_unique<InProcessExecutor>(model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size})),
+      executor_(std::make_unique<InProcessExecutor>(
+          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype})),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
+  metrics_.set_kv_cache_info({config_.block_size, kv_.pool().num_blocks(),
+                              std::string(kv_cache_dtype_name(config_.kv_cache_dtype)),
+                              int64_t(KvStorage::bytes_per_token(model.config(), config_.kv_cache_dtype))});
 }
 
 Engine::~Engine() = default;

@@ -29,6 +29,9 @@ struct EngineConfig {
   int64_t num_kv_blocks_override = 0;  // > 0: exactly this many blocks, whatever the bytes say
   bool enable_prefix_caching = true;
   uint64_t seed = 0;             // for requests without their own seed
+  // The cache's element type (--kv-cache-dtype; `kimi serve` defaults to auto = bfloat16).
+  // float32 here keeps library callers and tests bit-exact with Model::forward's default cache.
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
 };
 
 struct EngineStats {

@@ -93,6 +93,11 @@ Metrics::Metrics(int64_t max_model_len) {
   for (const char* r : {"stop", "length", "abort"}) s_.request_success[r] = 0;
 }
 
+void Metrics::set_kv_cache_info(const KvCacheInfo& info) {
+  std::lock_guard lock(mu_);
+  s_.kv_cache = info;
+}
+
 void Metrics::on_step(int64_t running, int64_t waiting, double kv_cache_usage) {
   std::lock_guard lock(mu_);
   s_.num_requests_running = running;
@@ -156,6 +161,18 @@ std::string Metrics::render_prometheus(const std::string& model_name) const {
   w.gauge("kimi:num_requests_running", "Number of requests in model execution batches.", double(s.num_requests_running));
   w.gauge("kimi:num_requests_waiting", "Number of requests waiting to be processed.", double(s.num_requests_waiting));
   w.gauge("kimi:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage_perc);
+  if (s.kv_cache.num_blocks > 0) {
+    w.header("kimi:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    w.sample("kimi:cache_config_info",
+             ",block_size=\"" + std::to_string(s.kv_cache.block_size) + "\",cache_dtype=\"" +
+                 escape_label_value(s.kv_cache.cache_dtype) + "\",num_gpu_blocks=\"" +
+                 std::to_string(s.kv_cache.num_blocks) + "\"",
+             "1");
+    w.gauge("kimi:kv_cache_bytes_per_token", "KV-cache bytes per cached token, all layers.",
+            double(s.kv_cache.bytes_per_token));
+    w.gauge("kimi:kv_cache_capacity_tokens", "Tokens the KV cache can hold (blocks x block size).",
+            double(s.kv_cache.capacity_tokens()));
+  }
   w.counter("kimi:prompt_tokens_total", "Number of prefill tokens processed.", s.prompt_tokens);
   w.counter("kimi:generation_tokens_total", "Number of generation tokens processed.", s.generation_tokens);
   w.counter("kimi:num_preemptions_total", "Cumulative number of preemption from the engine.", s.num_preemptions);

@@ -18,6 +18,14 @@ struct HistogramSnapshot {
   uint64_t count = 0;
 };
 
+// The KV cache's fixed shape, set once when the engine starts.
+struct KvCacheInfo {
+  int64_t block_size = 0, num_blocks = 0;
+  std::string cache_dtype;     // "float32", "bfloat16", "fp8_e4m3"
+  int64_t bytes_per_token = 0;  // all layers
+  int64_t capacity_tokens() const { return block_size * num_blocks; }
+};
+
 struct MetricsSnapshot {
   int64_t num_requests_running = 0, num_requests_waiting = 0;
   double kv_cache_usage_perc = 0;  // 0..1
@@ -27,6 +35,7 @@ struct MetricsSnapshot {
   std::map<std::string, uint64_t> request_success;  // by finished_reason
   HistogramSnapshot time_to_first_token, inter_token_latency, e2e_request_latency;
   HistogramSnapshot request_prompt_tokens, request_generation_tokens;
+  KvCacheInfo kv_cache;
 };
 
 class Metrics {
@@ -34,6 +43,10 @@ class Metrics {
   // max_model_len bounds the 1-2-5 buckets of the per-request token histograms (as in vLLM).
   explicit Metrics(int64_t max_model_len = 262144);
 
+  // Exported as vLLM's info gauge cache_config_info (labels block_size, cache_dtype,
+  // num_gpu_blocks, value 1) and as the gauges kv_cache_bytes_per_token and
+  // kv_cache_capacity_tokens (no vLLM counterpart).
+  void set_kv_cache_info(const KvCacheInfo& info);
   // Once per engine step: the gauges.
   void on_step(int64_t running, int64_t waiting, double kv_cache_usage);
   // Tokens processed: prompt tokens when a request's prefill completes, generated tokens as

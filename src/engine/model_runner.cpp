@@ -5,7 +5,7 @@
 namespace kimi {
 
 ModelRunner::ModelRunner(Model& model, const KvCacheConfig& kv)
-    : model_(model), storage_(model.config(), kv.num_blocks, kv.block_size) {
+    : model_(model), storage_(model.config(), kv.num_blocks, kv.block_size, kv.dtype) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
 }
 

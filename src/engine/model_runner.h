@@ -20,6 +20,7 @@ namespace kimi {
 struct KvCacheConfig {
   int64_t num_blocks = 0;
   int64_t block_size = 16;
+  KvCacheDtype dtype = KvCacheDtype::Float32;
 };
 
 class ModelRunner {

@@ -73,6 +73,20 @@ struct Avx2Traits {
     return load_w<D>(buf, 0);
   }
 
+  static V load_e4m3(const uint8_t* p) {
+    // Each byte into the top of a 16-bit lane (b << 8), then an arithmetic shift by one and a
+    // cleared bit 14: sign in bit 15, exponent and mantissa in bits 13..7 = an f16 of 2^-8 times
+    // the e4m3 value.
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i h = _mm_unpacklo_epi8(_mm_setzero_si128(), b);
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(h, 1), _mm_set1_epi16(int16_t(0xbfff))));
+  }
+  static V load_e4m3_tail(const uint8_t* p, int len) {
+    alignas(8) uint8_t buf[kLanes] = {};
+    std::memcpy(buf, p, size_t(len));
+    return load_e4m3(buf);
+  }
+
   static constexpr bool kBf16Pairs = true;
   using VI = __m256i;
   static VI load_bf16_raw(const std::byte* row, int64_t k) {

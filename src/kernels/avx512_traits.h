@@ -84,6 +84,16 @@ struct Avx512Traits {
       return convert<D>(_mm256_maskz_loadu_epi16(mask(len), row + k * 2));
   }
 
+  // e4m3 bytes as f16 of 2^-8 times their value (see Avx2Traits::load_e4m3).
+  static V e4m3_from_bytes(__m128i b) {
+    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(b), 8);
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(h, 1), _mm256_set1_epi16(int16_t(0xbfff))));
+  }
+  static V load_e4m3(const uint8_t* p) {
+    return e4m3_from_bytes(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V load_e4m3_tail(const uint8_t* p, int len) { return e4m3_from_bytes(_mm_maskz_loadu_epi8(mask(len), p)); }
+
   static constexpr bool kBf16Pairs = true;
   using VI = __m512i;
   static VI load_bf16_raw(const std::byte* row, int64_t k) {

@@ -19,6 +19,10 @@
 //   bf16_even(raw), bf16_odd(raw)     their even / odd elements as f32
 //   deinterleave_x(src, len <= 2 kLanes, dst)   dst = kLanes even then kLanes odd of src[0, len),
 //                                               zero-padded
+//   load_e4m3(p), load_e4m3_tail(p, len)   kLanes fp8 e4m3 bytes as f32 times 2^-8: the byte
+//                                          moved into an f16's sign/exponent/mantissa (bias 15
+//                                          instead of 7), so F16C converts it, subnormals
+//                                          included; 0x7f/0xff (NaN in e4m3) read as +-480
 //
 // Everything is in an anonymous namespace on purpose: instantiations then have internal linkage,
 // so the linker can never fold an AVX-512 copy of a function into code that runs on a CPU
@@ -463,10 +467,99 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The KV cache's bf16 and fp8 rows: dot and axpy against f32, converting each vector as it is
+// loaded (the cache is read in its own dtype, never expanded to f32 first).
+
+template <class Tr>
+struct Bf16Elems {
+  using E = uint16_t;
+  static typename Tr::V load(const E* p) {
+    return Tr::template load_w<DType::BF16>(reinterpret_cast<const std::byte*>(p), 0);
+  }
+  static typename Tr::V load_tail(const E* p, int len) {
+    return Tr::template load_w_tail<DType::BF16>(reinterpret_cast<const std::byte*>(p), 0, len);
+  }
+};
+template <class Tr>
+struct E4m3Elems {  // values times 2^-8 (see load_e4m3); the callers scale by 256
+  using E = uint8_t;
+  static typename Tr::V load(const E* p) { return Tr::load_e4m3(p); }
+  static typename Tr::V load_tail(const E* p, int len) { return Tr::load_e4m3_tail(p, len); }
+};
+
+template <class Tr, class Elems>
+float dot_narrow(const float* a, const typename Elems::E* b, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  V acc0 = Tr::zero(), acc1 = Tr::zero(), acc2 = Tr::zero(), acc3 = Tr::zero();
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    acc0 = Tr::fma(Tr::load_x(a + i), Elems::load(b + i), acc0);
+    acc1 = Tr::fma(Tr::load_x(a + i + L), Elems::load(b + i + L), acc1);
+    acc2 = Tr::fma(Tr::load_x(a + i + 2 * L), Elems::load(b + i + 2 * L), acc2);
+    acc3 = Tr::fma(Tr::load_x(a + i + 3 * L), Elems::load(b + i + 3 * L), acc3);
+  }
+  for (; i + L <= n; i += L) acc0 = Tr::fma(Tr::load_x(a + i), Elems::load(b + i), acc0);
+  if (i < n) {
+    const int len = int(n - i);
+    acc1 = Tr::fma(Tr::load_x_tail(a + i, len), Elems::load_tail(b + i, len), acc1);
+  }
+  return Tr::reduce(Tr::add(Tr::add(acc0, acc1), Tr::add(acc2, acc3)));
+}
+
+template <class Tr, class Elems>
+void axpy_narrow(float* y, float a, const typename Elems::E* x, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const V av = Tr::set1(a);
+  int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    Tr::store(y + i, Tr::fma(av, Elems::load(x + i), Tr::load_x(y + i)));
+    Tr::store(y + i + L, Tr::fma(av, Elems::load(x + i + L), Tr::load_x(y + i + L)));
+  }
+  for (; i + L <= n; i += L) Tr::store(y + i, Tr::fma(av, Elems::load(x + i), Tr::load_x(y + i)));
+  if (i < n) {
+    const int len = int(n - i);
+    Tr::store_tail(y + i, Tr::fma(av, Elems::load_tail(x + i, len), Tr::load_x_tail(y + i, len)), len);
+  }
+}
+
+template <class Tr>
+float dot_bf16(const float* a, const uint16_t* b, int64_t n) {
+  return dot_narrow<Tr, Bf16Elems<Tr>>(a, b, n);
+}
+template <class Tr>
+void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n) {
+  axpy_narrow<Tr, Bf16Elems<Tr>>(y, a, x, n);
+}
+// The factors 256 undo load_e4m3's 2^-8 exactly (a power of two).
+template <class Tr>
+float dot_e4m3(const float* a, const uint8_t* b, int64_t n) {
+  return 256.0f * dot_narrow<Tr, E4m3Elems<Tr>>(a, b, n);
+}
+template <class Tr>
+void axpy_e4m3(float* y, float a, const uint8_t* x, int64_t n) {
+  axpy_narrow<Tr, E4m3Elems<Tr>>(y, a * 256.0f, x, n);
+}
+template <class Tr>
+void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const V s = Tr::set1(scale * 256.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) Tr::store(y + i, Tr::fma(s, Tr::load_e4m3(x + i), Tr::zero()));
+  if (i < n) {
+    const int len = int(n - i);
+    Tr::store_tail(y + i, Tr::fma(s, Tr::load_e4m3_tail(x + i, len), Tr::zero()), len);
+  }
+}
+
 template <class Tr>
 constexpr KernelTable make_table(Isa isa) {
-  return KernelTable{isa, &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
-                     &dot<Tr>, &axpy<Tr>, &sum<Tr>};
+  return KernelTable{isa,           &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
+                     &dot<Tr>,      &axpy<Tr>,        &sum<Tr>,                 &dot_bf16<Tr>,
+                     &axpy_bf16<Tr>, &dot_e4m3<Tr>,   &axpy_e4m3<Tr>,           &e4m3_to_f32<Tr>};
 }
 
 }  // namespace

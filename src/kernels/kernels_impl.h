@@ -23,6 +23,12 @@ struct KernelTable {
   float (*dot)(const float* a, const float* b, int64_t n);
   void (*axpy)(float* y, float a, const float* x, int64_t n);
   float (*sum)(const float* x, int64_t n);
+  // The KV cache's narrow rows (vec_ops.h): bf16, and fp8 e4m3 read as exact e4m3 values.
+  float (*dot_bf16)(const float* a, const uint16_t* b, int64_t n);
+  void (*axpy_bf16)(float* y, float a, const uint16_t* x, int64_t n);
+  float (*dot_e4m3)(const float* a, const uint8_t* b, int64_t n);
+  void (*axpy_e4m3)(float* y, float a, const uint8_t* x, int64_t n);
+  void (*e4m3_to_f32)(const uint8_t* x, float scale, float* y, int64_t n);
 };
 
 // Constant-initialised (only function pointers), so usable from any static initialiser.

@@ -86,6 +86,9 @@ struct ScalarTraits {
   static V load_w_tail(const std::byte* row, int64_t k, int len) {
     return len > 0 ? load_w<D>(row, k) : 0.0f;
   }
+  // The same f16 route as the SIMD traits, so that every variant reads a byte alike.
+  static V load_e4m3(const uint8_t* p) { return half_to_float(uint16_t(((*p & 0x7fu) << 7) | ((*p & 0x80u) << 8))); }
+  static V load_e4m3_tail(const uint8_t* p, int len) { return len > 0 ? load_e4m3(p) : 0.0f; }
 };
 
 }  // namespace

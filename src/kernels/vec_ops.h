@@ -1,5 +1,6 @@
 #pragma once
-// Small vector primitives of the attention inner loops (f32), vectorised with run-time dispatch.
+// Small vector primitives of the attention inner loops, vectorised with run-time dispatch: f32,
+// and f32 against the KV cache's narrow rows (bf16, fp8 e4m3), which they convert as they load.
 #include <cstdint>
 
 #include "kernels/cpu_features.h"
@@ -10,9 +11,24 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void axpy_f32(float* y, float a, const float* x, int64_t n);  // y += a * x
 float sum_f32(const float* x, int64_t n);
 
+// a . b and y += a * x with b, x in bf16 (raw bits, top half of an f32).
+float dot_bf16(const float* a, const uint16_t* b, int64_t n);
+void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n);
+// The same with b, x in fp8 e4m3 (common/dtype.h). The bytes 0x7f / 0xff (NaN in e4m3) are not
+// expected: the KV cache never stores them (it marks a row with NaN through its scale), and
+// these kernels read them as +-480.
+float dot_e4m3(const float* a, const uint8_t* b, int64_t n);
+void axpy_e4m3(float* y, float a, const uint8_t* x, int64_t n);
+void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n);  // y = scale * x
+
 // The same with an explicit instruction set (tests, benchmarks); kimi::Error if unsupported.
 float dot_f32(const float* a, const float* b, int64_t n, Isa isa);
 void axpy_f32(float* y, float a, const float* x, int64_t n, Isa isa);
 float sum_f32(const float* x, int64_t n, Isa isa);
+float dot_bf16(const float* a, const uint16_t* b, int64_t n, Isa isa);
+void axpy_bf16(float* y, float a, const uint16_t* x, int64_t n, Isa isa);
+float dot_e4m3(const float* a, const uint8_t* b, int64_t n, Isa isa);
+void axpy_e4m3(float* y, float a, const uint8_t* x, int64_t n, Isa isa);
+void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n, Isa isa);
 
 }  // namespace kimi

@@ -27,14 +27,64 @@ struct Dims {
         v(c.v_head_dim), lora(c.kv_lora_rank), kvb_head(c.qk_nope_head_dim + c.v_head_dim) {}
 };
 
+// Reading one cached row in its own dtype (kv_cache.h): the dot products of a query's latent and
+// rope parts with it, and adding a multiple of its latent to an output. The switch is per row
+// and always takes the same branch, so it costs next to nothing against 576-wide products.
+float rope_dot(const KvRowLayout& l, const std::byte* r, const float* q_rope) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: return dot_f32(q_rope, reinterpret_cast<const float*>(r) + l.lora, l.rope);
+    case KvCacheDtype::BFloat16: return dot_bf16(q_rope, reinterpret_cast<const uint16_t*>(r) + l.lora, l.rope);
+    case KvCacheDtype::Fp8E4m3: {
+      float scale;
+      std::memcpy(&scale, r + l.scale_offset + sizeof(float), sizeof scale);
+      return scale * dot_e4m3(q_rope, reinterpret_cast<const uint8_t*>(r) + l.lora, l.rope);
+    }
+  }
+  return 0.0f;
+}
+
+float row_dot(const KvRowLayout& l, const std::byte* r, const float* q_lat, const float* q_rope) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: {
+      const auto* f = reinterpret_cast<const float*>(r);
+      return dot_f32(q_lat, f, l.lora) + dot_f32(q_rope, f + l.lora, l.rope);
+    }
+    case KvCacheDtype::BFloat16: {
+      const auto* b = reinterpret_cast<const uint16_t*>(r);
+      return dot_bf16(q_lat, b, l.lora) + dot_bf16(q_rope, b + l.lora, l.rope);
+    }
+    case KvCacheDtype::Fp8E4m3: {
+      float scales[2];
+      std::memcpy(scales, r + l.scale_offset, sizeof scales);
+      const auto* b = reinterpret_cast<const uint8_t*>(r);
+      return scales[0] * dot_e4m3(q_lat, b, l.lora) + scales[1] * dot_e4m3(q_rope, b + l.lora, l.rope);
+    }
+  }
+  return 0.0f;
+}
+
+void latent_axpy(const KvRowLayout& l, const std::byte* r, float p, float* o) {
+  switch (l.dtype) {
+    case KvCacheDtype::Float32: return axpy_f32(o, p, reinterpret_cast<const float*>(r), l.lora);
+    case KvCacheDtype::BFloat16: return axpy_bf16(o, p, reinterpret_cast<const uint16_t*>(r), l.lora);
+    case KvCacheDtype::Fp8E4m3: {
+      float scale;
+      std::memcpy(&scale, r + l.scale_offset, sizeof scale);
+      return axpy_e4m3(o, p * scale, reinterpret_cast<const uint8_t*>(r), l.lora);
+    }
+  }
+}
+
 // Naive form for one sequence: expand every cached latent into per-head keys/values.
 void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                   float scale, ThreadPool& pool, float* attn_out) {
   const KvView& cache = s.kv;
   const int64_t start = cache.length;
   const int64_t ctx = start + s.n_tokens;
+  // The expansion is a matmul over f32 latents: gathering the rows out of their blocks converts
+  // them on the way (O(ctx x lora) against the expansion's O(ctx x lora x H x (nope + v))).
   std::vector<float> latents(static_cast<size_t>(ctx * d.lora));
-  for (int64_t j = 0; j < ctx; ++j) std::memcpy(&latents[size_t(j * d.lora)], cache.row(layer, j), size_t(d.lora) * 4);
+  for (int64_t j = 0; j < ctx; ++j) decode_kv_latent(cache.layout, cache.row(layer, j), &latents[size_t(j * d.lora)]);
   std::vector<float> kv(static_cast<size_t>(ctx * d.H * d.kvb_head));  // [ctx, H, nope + v]
   matmul(pool, w.kv_b, latents.data(), ctx, kv.data());
 
@@ -46,8 +96,8 @@ void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const
       const float* qh = q + (row * d.H + h) * d.qk;
       for (int64_t j = 0; j <= pos; ++j) {
         const float* k_nope = &kv[size_t((j * d.H + h) * d.kvb_head)];
-        const float* k_pe = cache.row(layer, j) + d.lora;
-        scores[size_t(j)] = (dot_f32(qh, k_nope, d.nope) + dot_f32(qh + d.nope, k_pe, d.rope)) * scale;
+        scores[size_t(j)] =
+            (dot_f32(qh, k_nope, d.nope) + rope_dot(cache.layout, cache.row(layer, j), qh + d.nope)) * scale;
       }
       softmax(scores.data(), pos + 1);
       float* o = attn_out + (row * d.H + h) * d.v;
@@ -66,22 +116,38 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
   const int64_t ctx = start + s.n_tokens;
   // Attention output in latent space, head-major so each head's value projection is one matmul.
   std::vector<float> o_lat(static_cast<size_t>(d.H * s.n_tokens * d.lora));
-  pool.parallel_for(s.n_tokens * d.H, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(static_cast<size_t>(ctx)), q_lat(static_cast<size_t>(d.lora));
+  // A task takes a group of one token's heads, which share every cache row: each row, once
+  // loaded, serves the whole group from L1, so the cache is streamed once per group instead of
+  // once per head (it is far larger than L2 at long contexts). Groups stay small enough that
+  // every thread gets one.
+  const int64_t group = std::clamp<int64_t>(s.n_tokens * d.H / int64_t(pool.size()), 1, std::min<int64_t>(d.H, 8));
+  const int64_t groups_per_token = (d.H + group - 1) / group;
+  pool.parallel_for(s.n_tokens * groups_per_token, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> scores(static_cast<size_t>(group * ctx)), q_lat(static_cast<size_t>(group * d.lora));
     for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / d.H, h = task % d.H;
+      const int64_t t = task / groups_per_token, h0 = task % groups_per_token * group;
+      const int64_t nh = std::min(group, d.H - h0);
       const int64_t row = s.first_row + t, pos = start + t;
-      const float* qh = q + (row * d.H + h) * d.qk;
+      const float* q0 = q + (row * d.H + h0) * d.qk;  // head h0 + g at q0 + g * qk
       // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
-      matmul_untransposed(w.kv_b.row_slice(h * d.kvb_head, d.nope), qh, 1, q_lat.data());
+      for (int64_t g = 0; g < nh; ++g)
+        matmul_untransposed(w.kv_b.row_slice((h0 + g) * d.kvb_head, d.nope), q0 + g * d.qk, 1,
+                            &q_lat[size_t(g * d.lora)]);
       for (int64_t j = 0; j <= pos; ++j) {
-        const float* r = cache.row(layer, j);
-        scores[size_t(j)] = (dot_f32(q_lat.data(), r, d.lora) + dot_f32(qh + d.nope, r + d.lora, d.rope)) * scale;
+        const std::byte* r = cache.row(layer, j);
+        for (int64_t g = 0; g < nh; ++g)
+          scores[size_t(g * ctx + j)] = row_dot(cache.layout, r, &q_lat[size_t(g * d.lora)], q0 + g * d.qk + d.nope) * scale;
       }
-      softmax(scores.data(), pos + 1);
-      float* o = &o_lat[size_t((h * s.n_tokens + t) * d.lora)];
-      std::fill(o, o + d.lora, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) axpy_f32(o, scores[size_t(j)], cache.row(layer, j), d.lora);
+      for (int64_t g = 0; g < nh; ++g) {
+        softmax(&scores[size_t(g * ctx)], pos + 1);
+        float* o = &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)];
+        std::fill(o, o + d.lora, 0.0f);
+      }
+      for (int64_t j = 0; j <= pos; ++j) {
+        const std::byte* r = cache.row(layer, j);
+        for (int64_t g = 0; g < nh; ++g)
+          latent_axpy(cache.layout, r, scores[size_t(g * ctx + j)], &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)]);
+      }
     }
   });
   // out[t, h] = W_uv[h] . o_lat[h, t]: the value up-projection applied once per query, not per
@@ -129,7 +195,7 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
       rms_norm(r, 1, d.lora, d.lora, w.kv_a_norm.data(), eps);
       rope.apply(r + d.lora, 1, d.rope, pos);
       rope.apply(&q[size_t(row * d.H * d.qk + d.nope)], d.H, d.qk, pos);
-      std::memcpy(s.kv.row(layer, pos), r, size_t(d.lora + d.rope) * 4);
+      encode_kv_row(s.kv.layout, r, s.kv.row(layer, pos));  // the one conversion of this row
     }
   }
 
