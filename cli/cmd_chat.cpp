@@ -17,13 +17,14 @@ namespace kimi::cli {
 
 int run_chat(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization"},
+               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization",
+                "kv-cache-dtype"},
                {"help", "no-thinking"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi chat --model DIR [--system TEXT] [--max-tokens 512] [--temperature 0.6] [--top-p 0.95]\n"
         "                 [--seed S] [--threads N] [--max-model-len 8192] [--no-thinking]\n"
-        "                 [--quantization int4|w4a16|w4a8|w8a8]\n\n"
+        "                 [--quantization int4|w4a16|w4a8|w8a8] [--kv-cache-dtype auto|bfloat16|fp8|float32]\n\n"
         "An interactive chat in the terminal with the model's own chat template; replies stream as\n"
         "they are generated. Type /reset to start over, /exit (or end of input) to quit.\n");
     return 0;
@@ -47,7 +48,9 @@ int run_chat(int argc, char** argv) {
 
   const int64_t max_len = std::min<int64_t>(a.get_int("max-model-len", 8192), c.max_position_embeddings);
   // Prefix caching keeps the earlier turns' KV: each turn computes only what it adds.
-  Engine engine(model, nullptr, single_sequence_config(max_len, true));
+  EngineConfig ec = single_sequence_config(max_len, true);
+  ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));  // as kimi serve
+  Engine engine(model, nullptr, ec);
   nlohmann::json messages = nlohmann::json::array();
   auto reset = [&] {
     messages = nlohmann::json::array();

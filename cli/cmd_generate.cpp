@@ -48,7 +48,7 @@ AttentionMode parse_attention(const std::string& s) {
 int run_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed", "threads",
-                "attention", "quantization"},
+                "attention", "quantization", "kv-cache-dtype"},
                {"help", "ignore-eos", "json", "warmup"});
   if (a.has("help")) {
     std::printf(
@@ -56,7 +56,7 @@ int run_generate(int argc, char** argv) {
         "                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
         "                     [--ignore-eos] [--attention auto|naive|absorbed]\n"
         "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
-        "                     [--warmup] [--json]\n\n"
+        "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n\n"
         "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
         "--prompt-ids it prints the generated token ids instead. --warmup runs the prompt once,\n"
         "untimed, before the timed generation (so the mapped weights are resident); --json prints\n"
@@ -99,7 +99,10 @@ int run_generate(int argc, char** argv) {
   sp.validate(c.vocab_size);
   const bool json = a.has("json");
   // No prefix caching: the warm-up must not make the timed prefill a cache hit.
-  Engine engine(model, nullptr, single_sequence_config(int64_t(prompt.size()) + max_tokens, false));
+  EngineConfig ec = single_sequence_config(int64_t(prompt.size()) + max_tokens, false);
+  // float32 by default: the exact cache, which the llama.cpp parity check compares token for token.
+  ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "float32"));
+  Engine engine(model, nullptr, ec);
   if (a.has("warmup")) {
     SamplingParams once = sp;
     once.max_tokens = 1;

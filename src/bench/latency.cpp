@@ -1,22 +1,16 @@
 #include "bench/latency.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "engine/sampler.h"
+#include "engine/generation.h"
 #include "kernels/bandwidth.h"
 
 namespace kimi {
-
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-}  // namespace
 
 namespace {
 
@@ -29,19 +23,22 @@ std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o
   return prompt;
 }
 
-// One timed prefill + greedy decode; keeps the best times in r.
+// One timed prefill + greedy decode through the engine (the path `kimi generate` and the server
+// take); keeps the best times in r. The prefill step yields the first token, then output_len
+// decode steps follow, each one token.
 void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, KvCacheDtype kv_dtype,
                LatencyResult& r) {
-  KvCache cache(model.config(), o.input_len + o.output_len, kv_dtype);
-  auto t0 = Clock::now();
-  std::vector<float> logits = forward_sequence(model, prompt, cache);
-  r.prefill_seconds = std::min(r.prefill_seconds, seconds_since(t0));
-  t0 = Clock::now();
-  for (int64_t i = 0; i < o.output_len; ++i) {
-    const int32_t next = argmax(logits);
-    logits = forward_sequence(model, {&next, 1}, cache);
-  }
-  r.decode_seconds = std::min(r.decode_seconds, seconds_since(t0));
+  EngineConfig config = single_sequence_config(o.input_len + o.output_len + 1, /*enable_prefix_caching=*/false);
+  config.kv_cache_dtype = kv_dtype;
+  Engine engine(model, nullptr, config);
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = o.output_len + 1;
+  const GenerationStats st = generate_stream(engine, prompt, p, [](int32_t) { return true; });
+  if (st.generated != o.output_len + 1) throw Error("bench latency: the engine generated " + std::to_string(st.generated) + " tokens");
+  r.prefill_seconds = std::min(r.prefill_seconds, st.prefill_seconds);
+  r.decode_seconds = std::min(r.decode_seconds, st.decode_seconds);
 }
 
 void finish(const Model& model, const LatencyOptions& o, KvCacheDtype kv_dtype, LatencyResult& r) {

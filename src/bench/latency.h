@@ -1,6 +1,6 @@
 #pragma once
-// `kimi bench latency`: one sequence, prefill of input_len random tokens then output_len greedy
-// decode steps, timed separately. Each figure is also given as a fraction of a limit measured in
+// `kimi bench latency`: one sequence through the engine (the serving path), prefill of input_len
+// random tokens then output_len greedy decode steps, timed separately. Each figure is also given as a fraction of a limit measured in
 // the same run: decode against memory read bandwidth (bytes of active weights + KV read per
 // token), prefill against the peak of the matmul kernel.
 #include <cstdint>
