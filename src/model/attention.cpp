@@ -124,9 +124,13 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
   const int64_t groups_per_token = (d.H + group - 1) / group;
   pool.parallel_for(s.n_tokens * groups_per_token, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores(static_cast<size_t>(group * ctx)), q_lat(static_cast<size_t>(group * d.lora));
+    // A compact row (bf16, fp8) that several heads read is widened to f32 once, in L1, and the
+    // heads then use the f32 kernels: the conversion is paid per row, not per row and head.
+    std::vector<float> rowf(static_cast<size_t>(d.lora + d.rope));
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / groups_per_token, h0 = task % groups_per_token * group;
       const int64_t nh = std::min(group, d.H - h0);
+      const bool widen = cache.layout.dtype != KvCacheDtype::Float32 && nh > 1;
       const int64_t row = s.first_row + t, pos = start + t;
       const float* q0 = q + (row * d.H + h0) * d.qk;  // head h0 + g at q0 + g * qk
       // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
@@ -135,6 +139,13 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
                             &q_lat[size_t(g * d.lora)]);
       for (int64_t j = 0; j <= pos; ++j) {
         const std::byte* r = cache.row(layer, j);
+        if (widen) {
+          decode_kv_row(cache.layout, r, rowf.data());
+          for (int64_t g = 0; g < nh; ++g)
+            scores[size_t(g * ctx + j)] = (dot_f32(&q_lat[size_t(g * d.lora)], rowf.data(), d.lora) +
+                                           dot_f32(q0 + g * d.qk + d.nope, rowf.data() + d.lora, d.rope)) * scale;
+          continue;
+        }
         for (int64_t g = 0; g < nh; ++g)
           scores[size_t(g * ctx + j)] = row_dot(cache.layout, r, &q_lat[size_t(g * d.lora)], q0 + g * d.qk + d.nope) * scale;
       }
@@ -145,6 +156,12 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
       }
       for (int64_t j = 0; j <= pos; ++j) {
         const std::byte* r = cache.row(layer, j);
+        if (widen) {
+          decode_kv_latent(cache.layout, r, rowf.data());
+          for (int64_t g = 0; g < nh; ++g)
+            axpy_f32(&o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)], scores[size_t(g * ctx + j)], rowf.data(), d.lora);
+          continue;
+        }
         for (int64_t g = 0; g < nh; ++g)
           latent_axpy(cache.layout, r, scores[size_t(g * ctx + j)], &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)]);
       }

@@ -7,6 +7,7 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "kernels/matmul.h"
 #include "kernels/vec_ops.h"
 
 namespace kimi {
@@ -94,8 +95,7 @@ void decode_kv_latent(const KvRowLayout& l, const std::byte* src, float* dst) {
   switch (l.dtype) {
     case KvCacheDtype::Float32: std::memcpy(dst, src, size_t(l.lora) * sizeof(float)); return;
     case KvCacheDtype::BFloat16: {
-      const auto* in = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < l.lora; ++i) dst[i] = bf16_to_f32(in[i]);
+      convert_to_f32(DType::BF16, src, dst, l.lora);  // the SIMD widening
       return;
     }
     case KvCacheDtype::Fp8E4m3: {
@@ -111,8 +111,7 @@ void decode_kv_row(const KvRowLayout& l, const std::byte* src, float* dst) {
   switch (l.dtype) {
     case KvCacheDtype::Float32: std::memcpy(dst, src, size_t(l.width()) * sizeof(float)); return;
     case KvCacheDtype::BFloat16: {
-      const auto* in = reinterpret_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < l.width(); ++i) dst[i] = bf16_to_f32(in[i]);
+      convert_to_f32(DType::BF16, src, dst, l.width());
       return;
     }
     case KvCacheDtype::Fp8E4m3: {
