@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "format/model_config.h"
 #include "tokenizer/jinja/template.h"
 #include "tokenizer/pretokenizer.h"
 
@@ -70,6 +71,31 @@ TEST(FuzzRegressions, JinjaRenderHasAnOutputBound) {
                 .find("output is too large"),
             std::string::npos);
   EXPECT_EQ(render_error("{% for i in range(9) %}{{ 'x' * 1000 }}{% endfor %}", o), "");
+}
+
+// fuzz_config: a config.json with a non-string architecture threw nlohmann's type_error (not
+// kimi::Error, so callers reporting bad files crashed instead); absurd sizes overflowed int64 in
+// qk_head_dim(), and absurd rope_scaling gave an infinite attention scale, all accepted.
+nlohmann::json small_config() {
+  return {{"vocab_size", 1000}, {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+          {"num_attention_heads", 4}, {"kv_lora_rank", 16}, {"qk_nope_head_dim", 8}, {"qk_rope_head_dim", 4},
+          {"v_head_dim", 8}};
+}
+
+TEST(FuzzRegressions, ConfigReaderRejectsWithItsOwnError) {
+  EXPECT_NO_THROW(ModelConfig::from_json(small_config()));
+  auto j = small_config();
+  j["architectures"] = {1};
+  EXPECT_THROW(ModelConfig::from_json(j), Error);
+  j = small_config();
+  j["qk_nope_head_dim"] = INT64_MAX;
+  EXPECT_THROW(ModelConfig::from_json(j), Error);
+  j = small_config();
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 1e300}, {"mscale_all_dim", 1e300}};
+  EXPECT_THROW(ModelConfig::from_json(j), Error);
+  j = small_config();
+  j["rope_theta"] = 0;
+  EXPECT_THROW(ModelConfig::from_json(j), Error);
 }
 
 }  // namespace
