@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan + UBSan) in their own build directory and runs
 # each for a bounded time over a scratch copy of its seed corpus (fuzz/corpus/<name>/), so the
-# committed corpus is never modified. Fails if any target crashes, leaks, hangs or breaks one of
+# committed corpus is never modified, with fuzz/<name>.dict as its dictionary when there is one. Fails if any target crashes, leaks, hangs or breaks one of
 # its checked properties; the reproducer is kept in the work directory and named in the output.
 #
 #   fuzz/run.sh [--seconds N] [--build DIR] [--work DIR] [--jobs N] [TARGET...]
@@ -54,8 +54,10 @@ for name in "${targets[@]}"; do
   rm -rf "$dir"
   mkdir -p "$dir/corpus" "$dir/artifacts"
   [ -d "$root/fuzz/corpus/$name" ] && cp -r "$root/fuzz/corpus/$name/." "$dir/corpus/"
+  dict=()
+  [ -f "$root/fuzz/$name.dict" ] && dict=(-dict="$root/fuzz/$name.dict")
   echo "=== fuzz: $name for ${seconds} s"
-  if "$bin" "$dir/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
+  if "$bin" "$dir/corpus" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
       -print_final_stats=1 -artifact_prefix="$dir/artifacts/" >"$dir/log" 2>&1; then
     grep -E '^#[0-9]+.*(DONE|cov:)' "$dir/log" | tail -1 || true
   else
