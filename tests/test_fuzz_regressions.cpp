@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "format/model_config.h"
+#include "format/quantization_config.h"
 #include "tokenizer/jinja/template.h"
 #include "tokenizer/pretokenizer.h"
 
@@ -96,6 +97,24 @@ TEST(FuzzRegressions, ConfigReaderRejectsWithItsOwnError) {
   j = small_config();
   j["rope_theta"] = 0;
   EXPECT_THROW(ModelConfig::from_json(j), Error);
+}
+
+// fuzz_config: quantization_config's num_bits / group_size went through nlohmann's value<int>(),
+// which converts silently: a float out of int's range was undefined behaviour (UBSan), and
+// num_bits 4294967300 was read as 4 and accepted.
+TEST(FuzzRegressions, QuantizationConfigIntegersAreChecked) {
+  const nlohmann::json good = CompressedTensorsConfig::kimi_k25_int4_json();
+  EXPECT_NO_THROW(CompressedTensorsConfig::parse(good, "config.json"));
+  auto with_weights = [&](const char* key, const nlohmann::json& v) {
+    nlohmann::json q = good;
+    for (auto& [name, group] : q["config_groups"].items()) group["weights"][key] = v;
+    return q;
+  };
+  for (const nlohmann::json& bad : {nlohmann::json(7.7e52), nlohmann::json(4294967300LL), nlohmann::json(4.0),
+                                    nlohmann::json(18446744073709551615ULL), nlohmann::json("4")}) {
+    EXPECT_THROW(CompressedTensorsConfig::parse(with_weights("num_bits", bad), "config.json"), Error) << bad.dump();
+    EXPECT_THROW(CompressedTensorsConfig::parse(with_weights("group_size", bad), "config.json"), Error) << bad.dump();
+  }
 }
 
 }  // namespace

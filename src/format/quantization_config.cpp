@@ -1,5 +1,6 @@
 #include "format/quantization_config.h"
 
+#include <cstdint>
 #include <fstream>
 
 #include "common/error.h"
@@ -34,11 +35,23 @@ std::regex compile(const std::string& entry, const std::string& source) {
   }
 }
 
+// An integer argument (absent: the fallback). nlohmann's value<int>() would convert a float or a
+// wider integer silently (num_bits 4294967300 read as 4; 1e60 undefined behaviour).
+int64_t integer_arg(const json& obj, const char* key, int64_t fallback, const std::string& where) {
+  const json* v = member(obj, key);
+  if (!v) return fallback;
+  if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)))
+    throw Error(where + ": \"" + key + "\" is not an integer (" + v->dump() + ")");
+  return v->get<int64_t>();
+}
+
 CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, const std::string& format) {
   const json* w = member(g, "weights");
   if (!w || !w->is_object()) throw Error(where + ": no \"weights\" arguments");
   CompressedTensorsScheme s;
-  s.bits = w->value("num_bits", 0);
+  const int64_t bits = integer_arg(*w, "num_bits", 0, where);
+  if (bits != 4 && bits != 8) throw Error(where + ": " + std::to_string(bits) + "-bit weights are not supported (4 or 8)");
+  s.bits = int(bits);
   const std::string type = w->value("type", "int");
   const std::string strategy = w->value("strategy", "");
   if (type != "int") throw Error(where + ": weight type '" + type + "' is not supported (int only)");
@@ -47,7 +60,7 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
     throw Error(where + ": actorder (GPTQ act-order) checkpoints are not supported");
   s.symmetric = w->value("symmetric", true);
   if (strategy == "group") {
-    s.group_size = w->value("group_size", int64_t(0));
+    s.group_size = integer_arg(*w, "group_size", 0, where);
     if (s.group_size <= 0 || s.group_size % 32 != 0)
       throw Error(where + ": group_size " + std::to_string(s.group_size) + " is not supported (a multiple of 32)");
   } else if (strategy == "channel") {
@@ -64,7 +77,7 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
     throw Error(where + ": " + std::to_string(s.bits) + "-bit weights are not supported (4 or 8)");
   }
   if (const json* in = member(g, "input_activations")) {
-    if (in->value("num_bits", 0) != 8 || in->value("type", "int") != "int" || !in->value("dynamic", false) ||
+    if (integer_arg(*in, "num_bits", 0, where) != 8 || in->value("type", "int") != "int" || !in->value("dynamic", false) ||
         !in->value("symmetric", true))
       throw Error(where + ": only dynamic symmetric int8 input activations are supported");
     s.dynamic_int8_activations = true;
