@@ -2,6 +2,7 @@
 // fuzzer's reproducer, so that they stay fixed in the ordinary test runs.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -115,6 +116,26 @@ TEST(FuzzRegressions, QuantizationConfigIntegersAreChecked) {
     EXPECT_THROW(CompressedTensorsConfig::parse(with_weights("num_bits", bad), "config.json"), Error) << bad.dump();
     EXPECT_THROW(CompressedTensorsConfig::parse(with_weights("group_size", bad), "config.json"), Error) << bad.dump();
   }
+}
+
+// fuzz_config (a hang): a checkpoint's "re:" pattern with nested quantifiers (".**x") made
+// std::regex backtrack for hours on a module name; patterns now run on PCRE2 with a match limit.
+TEST(FuzzRegressions, QuantizationPatternsCannotBacktrackForever) {
+  nlohmann::json q = CompressedTensorsConfig::kimi_k25_int4_json();
+  q["ignore"] = {"lm_head", "re:(.*)*(.*)*(.*)*(.*)*(.*)*x"};
+  const auto c = CompressedTensorsConfig::parse(q, "config.json");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    (void)c.scheme_for(std::string(200, 'J') + "." + std::string(200, ':'));
+  } catch (const Error&) {  // too much backtracking is an error, not a hang
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  // Real patterns behave as before: whole-name matches.
+  q["ignore"] = {"lm_head", "re:.*self_attn.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"};
+  const auto k = CompressedTensorsConfig::parse(q, "config.json");
+  EXPECT_FALSE(k.scheme_for("language_model.model.layers.3.self_attn.q_a_proj"));
+  EXPECT_FALSE(k.scheme_for("language_model.model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(k.scheme_for("language_model.model.layers.3.mlp.experts.7.up_proj"));
 }
 
 }  // namespace

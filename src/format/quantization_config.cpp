@@ -1,5 +1,8 @@
 #include "format/quantization_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <cstdint>
 #include <fstream>
 
@@ -27,13 +30,7 @@ bool name_matches(const std::string& module, const std::string& entry) {
          module[module.size() - entry.size() - 1] == '.';
 }
 
-std::regex compile(const std::string& entry, const std::string& source) {
-  try {
-    return std::regex(entry.substr(3), std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw Error(source + ": quantization_config pattern '" + entry + "' is not a valid regex: " + e.what());
-  }
-}
+ModulePattern compile(const std::string& entry, const std::string& source) { return ModulePattern(entry, source); }
 
 // An integer argument (absent: the fallback). nlohmann's value<int>() would convert a float or a
 // wider integer silently (num_bits 4294967300 read as 4; 1e60 undefined behaviour).
@@ -88,6 +85,36 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
 
 }  // namespace
 
+ModulePattern::ModulePattern(const std::string& entry, const std::string& source) : pattern_(entry) {
+  int code = 0;
+  PCRE2_SIZE offset = 0;
+  const std::string re = entry.substr(3);
+  pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()), re.size(), PCRE2_UTF, &code, &offset, nullptr);
+  if (!c) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    throw Error(source + ": quantization_config pattern '" + entry + "' is not a valid regex: " +
+                reinterpret_cast<const char*>(msg));
+  }
+  code_.reset(c, pcre2_code_free);
+}
+
+bool ModulePattern::matches(const std::string& module) const {
+  // Bounded backtracking: far above what any real pattern needs on a module name.
+  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx(
+      pcre2_match_context_create(nullptr), pcre2_match_context_free);
+  pcre2_set_match_limit(ctx.get(), 1'000'000);
+  pcre2_set_depth_limit(ctx.get(), 10'000);
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
+  const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(module.data()), module.size(), 0,
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, md.get(), ctx.get());
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  throw Error("quantization_config pattern '" + pattern_ + "' on '" + module + "': matching failed (code " +
+              std::to_string(rc) + ", e.g. too much backtracking)");
+}
+
 CompressedTensorsConfig CompressedTensorsConfig::parse(const json& qc, const std::string& source) {
   try {
     return parse_checked(qc, source);
@@ -139,15 +166,15 @@ CompressedTensorsConfig CompressedTensorsConfig::parse_checked(const json& qc, c
 std::optional<CompressedTensorsScheme> CompressedTensorsConfig::scheme_for(const std::string& module) const {
   for (const std::string& n : ignore_names_)
     if (name_matches(module, n)) return std::nullopt;
-  for (const std::regex& r : ignore_patterns_)
-    if (std::regex_match(module, r)) return std::nullopt;
+  for (const ModulePattern& r : ignore_patterns_)
+    if (r.matches(module)) return std::nullopt;
   // compressed-tensors prefers an exact-name target over a regex over a module-type target.
   for (const Group& g : groups_)
     for (const std::string& n : g.names)
       if (name_matches(module, n)) return g.scheme;
   for (const Group& g : groups_)
-    for (const std::regex& r : g.patterns)
-      if (std::regex_match(module, r)) return g.scheme;
+    for (const ModulePattern& r : g.patterns)
+      if (r.matches(module)) return g.scheme;
   for (const Group& g : groups_)
     if (g.any_linear) return g.scheme;
   return std::nullopt;
