@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine: install, then build and run every test
-# twice, in Release and under AddressSanitizer + UndefinedBehaviorSanitizer.
+# twice, in Release and under AddressSanitizer + UndefinedBehaviorSanitizer, then run every
+# libFuzzer target for a bounded time (fuzz/run.sh: clang, ASan + UBSan, 20 s per target).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -16,4 +17,8 @@ for config in release asan; do
   echo "=== $config: test"
   (cd "$dir" && ctest -j"$jobs" --output-on-failure) || status=1
 done
+echo "=== fuzz: build and run every target (${KIMI_FUZZ_SECONDS:-20} s each)"
+fuzz_start=$(date +%s)
+"$root/fuzz/run.sh" --seconds "${KIMI_FUZZ_SECONDS:-20}" --build "$root/build-test-fuzz" --jobs "$jobs" || status=1
+echo "=== fuzz: $(( $(date +%s) - fuzz_start )) s in all"
 exit $status

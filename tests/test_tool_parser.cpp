@@ -98,17 +98,20 @@ TEST(ToolParser, InvalidIdsAreSkipped) {
 
 TEST(ToolParser, MissingEndMarkers) {
   const KimiK2ToolParser p;
-  // Truncated in the arguments: no call.
-  auto r = p.extract("c" + kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\"");
+  // Truncated in the arguments: the call is kept with the arguments seen so far.
+  auto r = p.extract("c" + kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\" ");
   EXPECT_EQ(r.content, "c");
-  EXPECT_TRUE(r.calls.empty());
-  // Truncated before the arguments.
+  expect_calls(r.calls, {{"functions.f:0", "f", "{\"a\""}});
+  // Truncated right after the argument marker: a call with empty arguments.
+  r = p.extract(kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|> ");
+  expect_calls(r.calls, {{"functions.f:0", "f", ""}});
+  // Truncated before the arguments: no call yet.
   r = p.extract(kSection + "<|tool_call_begin|>functions.f:0<|tool_call_arg");
   EXPECT_TRUE(r.calls.empty());
-  // A call without its end marker is dropped; the next one is parsed.
-  r = p.extract(kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}" +
+  // A call cut short by the next one keeps what it had; the next one is parsed.
+  r = p.extract(kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{" +
                 call("functions.g:1", "{\"b\": 2}"));
-  expect_calls(r.calls, {{"functions.g:1", "g", "{\"b\": 2}"}});
+  expect_calls(r.calls, {{"functions.f:0", "f", "{"}, {"functions.g:1", "g", "{\"b\": 2}"}});
   // No section end marker: the calls still count.
   r = p.extract(kSection + call("functions.f:0", "{}"));
   expect_calls(r.calls, {{"functions.f:0", "f", "{}"}});
@@ -161,23 +164,31 @@ TEST(ToolParser, StreamAnnouncesACallThenStreamsItsArguments) {
   EXPECT_EQ(d.content, "");
 }
 
-TEST(ToolParser, StreamKeepsACallItAnnouncedEvenIfItIsCutShort) {
-  // The stream cannot take back a call it announced: a truncated or interrupted call stays, with
-  // the arguments seen so far, where the whole-text parse drops it.
+TEST(ToolParser, StreamAndWholeTextAgreeOnACallCutShort) {
+  // Issue 19, defect 4: the stream cannot take back a call it announced, so a call truncated (by
+  // max_tokens or a stop string) or interrupted by the next <|tool_call_begin|> stays, with the
+  // arguments seen so far, and the whole-text parse must report the same calls (it used to drop
+  // them: no call and finish_reason "stop" without streaming, a call and "tool_calls" streamed).
   const std::string truncated =
       kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1 ";
+  const std::string stopped = kSection + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>";
   const std::string interrupted = kSection +
                                   "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|> {\"a\" " +
                                   call("functions.g:1", "{}");
-  for (size_t i = 0; i <= truncated.size(); ++i) {
-    const auto s = parser_test::stream_tools(cut(truncated, {i}));
-    EXPECT_TRUE(s.well_formed);
-    expect_calls(s.calls, {{"functions.f:0", "f", "{\"a\": 1"}});
-  }
-  for (size_t i = 0; i <= interrupted.size(); ++i) {
-    const auto s = parser_test::stream_tools(cut(interrupted, {i}));
-    EXPECT_TRUE(s.well_formed);
-    expect_calls(s.calls, {{"functions.f:0", "f", "{\"a\""}, {"functions.g:1", "g", "{}"}});
+  const std::vector<std::pair<std::string, std::vector<KimiK2ToolParser::ToolCall>>> cases = {
+      {truncated, {{"functions.f:0", "f", "{\"a\": 1"}}},
+      {stopped, {{"functions.f:0", "f", ""}}},
+      {interrupted, {{"functions.f:0", "f", "{\"a\""}, {"functions.g:1", "g", "{}"}}},
+  };
+  for (const auto& [text, expected] : cases) {
+    const auto whole = KimiK2ToolParser().extract(text);
+    expect_calls(whole.calls, expected);
+    for (size_t i = 0; i <= text.size(); ++i) {
+      const auto s = parser_test::stream_tools(cut(text, {i}));
+      EXPECT_TRUE(s.well_formed);
+      EXPECT_TRUE(s.saw_tool_calls);
+      expect_calls(s.calls, expected);
+    }
   }
 }
 

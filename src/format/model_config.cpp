@@ -76,8 +76,11 @@ int64_t token_id(const nlohmann::json& j, const char* key) {
 ModelConfig ModelConfig::from_json(const nlohmann::json& root, const std::string& source) {
   if (!root.is_object()) throw Error(source + ": not a JSON object");
   ModelConfig c;
-  if (root.contains("architectures") && root["architectures"].is_array() && !root["architectures"].empty())
-    c.architecture = root["architectures"][0].get<std::string>();
+  if (root.contains("architectures") && root["architectures"].is_array() && !root["architectures"].empty()) {
+    const auto& a = root["architectures"][0];
+    if (!a.is_string()) throw Error(source + ": key 'architectures' has the wrong type (" + a.dump() + ")");
+    c.architecture = a.get<std::string>();
+  }
 
   const nlohmann::json* text = &root;
   if (root.contains("text_config")) {
@@ -160,6 +163,16 @@ void ModelConfig::validate(const std::string& source) const {
   require(qk_rope_head_dim > 0 && qk_rope_head_dim % 2 == 0 && qk_rope_head_dim <= 512,
           "qk_rope_head_dim must be even and in 2..512");
   require(q_lora_rank >= 0, "q_lora_rank must not be negative");
+  // Sizes the engine multiplies and adds in int64 (head dims, expert counts, sizes): bounded so
+  // that no absurd value overflows on the way to being rejected by an allocation.
+  constexpr int64_t kMaxDim = int64_t(1) << 31;
+  for (const int64_t d : {vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+                          num_key_value_heads, max_position_embeddings, q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+                          qk_rope_head_dim, v_head_dim, n_routed_experts, n_shared_experts, num_experts_per_tok,
+                          moe_intermediate_size, first_k_dense_replace, moe_layer_freq, n_group, topk_group,
+                          num_nextn_predict_layers})
+    require(d < kMaxDim, "a size of " + std::to_string(d) + " is absurd (limit 2^31)");
+  require(rope_theta > 0, "rope_theta must be positive");
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(hidden_act == "silu", "hidden_act '" + hidden_act + "' is not supported (only silu)");
   require(rope_scaling.type.empty() || rope_scaling.type == "yarn",
@@ -179,6 +192,9 @@ void ModelConfig::validate(const std::string& source) const {
             "topk_method '" + topk_method + "' is not supported");
   }
   if (first_k_dense_replace > 0) require(intermediate_size > 0, "intermediate_size must be positive");
+  const double scale = softmax_scale();
+  require(std::isfinite(scale) && scale > 0,
+          "rope_scaling (factor, mscale_all_dim) gives an unusable attention scale (" + std::to_string(scale) + ")");
 }
 
 ModelConfig ModelConfig::load(const std::filesystem::path& model_dir) {

@@ -1,5 +1,9 @@
 #include "format/quantization_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <cstdint>
 #include <fstream>
 
 #include "common/error.h"
@@ -26,19 +30,25 @@ bool name_matches(const std::string& module, const std::string& entry) {
          module[module.size() - entry.size() - 1] == '.';
 }
 
-std::regex compile(const std::string& entry, const std::string& source) {
-  try {
-    return std::regex(entry.substr(3), std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    throw Error(source + ": quantization_config pattern '" + entry + "' is not a valid regex: " + e.what());
-  }
+ModulePattern compile(const std::string& entry, const std::string& source) { return ModulePattern(entry, source); }
+
+// An integer argument (absent: the fallback). nlohmann's value<int>() would convert a float or a
+// wider integer silently (num_bits 4294967300 read as 4; 1e60 undefined behaviour).
+int64_t integer_arg(const json& obj, const char* key, int64_t fallback, const std::string& where) {
+  const json* v = member(obj, key);
+  if (!v) return fallback;
+  if (!v->is_number_integer() || (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)))
+    throw Error(where + ": \"" + key + "\" is not an integer (" + v->dump() + ")");
+  return v->get<int64_t>();
 }
 
 CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, const std::string& format) {
   const json* w = member(g, "weights");
   if (!w || !w->is_object()) throw Error(where + ": no \"weights\" arguments");
   CompressedTensorsScheme s;
-  s.bits = w->value("num_bits", 0);
+  const int64_t bits = integer_arg(*w, "num_bits", 0, where);
+  if (bits != 4 && bits != 8) throw Error(where + ": " + std::to_string(bits) + "-bit weights are not supported (4 or 8)");
+  s.bits = int(bits);
   const std::string type = w->value("type", "int");
   const std::string strategy = w->value("strategy", "");
   if (type != "int") throw Error(where + ": weight type '" + type + "' is not supported (int only)");
@@ -47,7 +57,7 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
     throw Error(where + ": actorder (GPTQ act-order) checkpoints are not supported");
   s.symmetric = w->value("symmetric", true);
   if (strategy == "group") {
-    s.group_size = w->value("group_size", int64_t(0));
+    s.group_size = integer_arg(*w, "group_size", 0, where);
     if (s.group_size <= 0 || s.group_size % 32 != 0)
       throw Error(where + ": group_size " + std::to_string(s.group_size) + " is not supported (a multiple of 32)");
   } else if (strategy == "channel") {
@@ -64,7 +74,7 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
     throw Error(where + ": " + std::to_string(s.bits) + "-bit weights are not supported (4 or 8)");
   }
   if (const json* in = member(g, "input_activations")) {
-    if (in->value("num_bits", 0) != 8 || in->value("type", "int") != "int" || !in->value("dynamic", false) ||
+    if (integer_arg(*in, "num_bits", 0, where) != 8 || in->value("type", "int") != "int" || !in->value("dynamic", false) ||
         !in->value("symmetric", true))
       throw Error(where + ": only dynamic symmetric int8 input activations are supported");
     s.dynamic_int8_activations = true;
@@ -74,6 +84,36 @@ CompressedTensorsScheme parse_scheme(const json& g, const std::string& where, co
 }
 
 }  // namespace
+
+ModulePattern::ModulePattern(const std::string& entry, const std::string& source) : pattern_(entry) {
+  int code = 0;
+  PCRE2_SIZE offset = 0;
+  const std::string re = entry.substr(3);
+  pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(re.data()), re.size(), PCRE2_UTF, &code, &offset, nullptr);
+  if (!c) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    throw Error(source + ": quantization_config pattern '" + entry + "' is not a valid regex: " +
+                reinterpret_cast<const char*>(msg));
+  }
+  code_.reset(c, pcre2_code_free);
+}
+
+bool ModulePattern::matches(const std::string& module) const {
+  // Bounded backtracking: far above what any real pattern needs on a module name.
+  const std::unique_ptr<pcre2_match_context, decltype(&pcre2_match_context_free)> ctx(
+      pcre2_match_context_create(nullptr), pcre2_match_context_free);
+  pcre2_set_match_limit(ctx.get(), 1'000'000);
+  pcre2_set_depth_limit(ctx.get(), 10'000);
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
+      pcre2_match_data_create_from_pattern(code_.get(), nullptr), pcre2_match_data_free);
+  const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(module.data()), module.size(), 0,
+                             PCRE2_ANCHORED | PCRE2_ENDANCHORED, md.get(), ctx.get());
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  throw Error("quantization_config pattern '" + pattern_ + "' on '" + module + "': matching failed (code " +
+              std::to_string(rc) + ", e.g. too much backtracking)");
+}
 
 CompressedTensorsConfig CompressedTensorsConfig::parse(const json& qc, const std::string& source) {
   try {
@@ -126,15 +166,15 @@ CompressedTensorsConfig CompressedTensorsConfig::parse_checked(const json& qc, c
 std::optional<CompressedTensorsScheme> CompressedTensorsConfig::scheme_for(const std::string& module) const {
   for (const std::string& n : ignore_names_)
     if (name_matches(module, n)) return std::nullopt;
-  for (const std::regex& r : ignore_patterns_)
-    if (std::regex_match(module, r)) return std::nullopt;
+  for (const ModulePattern& r : ignore_patterns_)
+    if (r.matches(module)) return std::nullopt;
   // compressed-tensors prefers an exact-name target over a regex over a module-type target.
   for (const Group& g : groups_)
     for (const std::string& n : g.names)
       if (name_matches(module, n)) return g.scheme;
   for (const Group& g : groups_)
-    for (const std::regex& r : g.patterns)
-      if (std::regex_match(module, r)) return g.scheme;
+    for (const ModulePattern& r : g.patterns)
+      if (r.matches(module)) return g.scheme;
   for (const Group& g : groups_)
     if (g.any_linear) return g.scheme;
   return std::nullopt;

@@ -12,11 +12,26 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <regex>
+#include <memory>
 #include <string>
 #include <vector>
 
+struct pcre2_real_code_8;  // PCRE2's compiled pattern (pcre2.h stays out of this header)
+
 namespace kimi {
+
+// A "re:" module pattern, matched against the whole module name with PCRE2 under a match limit:
+// the pattern comes from the checkpoint's config.json, and std::regex (which this replaced) ran
+// for hours on nested quantifiers such as ".**x" (found by fuzz_config).
+class ModulePattern {
+ public:
+  ModulePattern(const std::string& pattern, const std::string& source);  // throws kimi::Error if invalid
+  bool matches(const std::string& module) const;  // throws kimi::Error past the match limit
+
+ private:
+  std::string pattern_;
+  std::shared_ptr<pcre2_real_code_8> code_;
+};
 
 // One compressed-tensors config group's weight (and activation) arguments.
 struct CompressedTensorsScheme {
@@ -48,11 +63,11 @@ class CompressedTensorsConfig {
     CompressedTensorsScheme scheme;
     bool any_linear = false;
     std::vector<std::string> names;
-    std::vector<std::regex> patterns;
+    std::vector<ModulePattern> patterns;
   };
   std::vector<Group> groups_;
   std::vector<std::string> ignore_names_;
-  std::vector<std::regex> ignore_patterns_;
+  std::vector<ModulePattern> ignore_patterns_;
 };
 
 // msModelSlim's quant_model_description.json.

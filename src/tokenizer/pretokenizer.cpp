@@ -79,15 +79,14 @@ bool ascii_piece(std::string_view t, size_t i, size_t end, size_t& out) {
       if (e < end && t[e] == '\'') {
         const Kind k1 = kind(e + 1);
         if (k1 == kUnknown) return false;  // U+017F folds to s
-        const char a = char(t[e + 1] | 0x20);
-        if (k1 == kUpper || k1 == kLower) {
+        if (k1 == kUpper || k1 == kLower) {  // only then is t[e + 1] inside the text
+          const char a = char(t[e + 1] | 0x20);
           if (a == 's' || a == 't' || a == 'm' || a == 'd') {
             e += 2;
           } else if (a == 'r' || a == 'v' || a == 'l') {
             const Kind k2 = kind(e + 2);
             if (k2 == kUnknown) return false;
-            const char b = char(t[e + 2] | 0x20);
-            if ((k2 == kUpper || k2 == kLower) && b == (a == 'l' ? 'l' : 'e')) e += 3;
+            if ((k2 == kUpper || k2 == kLower) && char(t[e + 2] | 0x20) == (a == 'l' ? 'l' : 'e')) e += 3;
           }
         }
       }

@@ -1,5 +1,6 @@
 #include "server/parsers/tool_parser.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/parsers/marker_scan.h"
@@ -91,15 +92,15 @@ KimiK2ToolParser::ToolParseResult KimiK2ToolParser::extract(std::string_view tex
     if (!id || !text.substr(lt).starts_with(kArgBegin)) continue;
     size_t args = lt + kArgBegin.size();
     while (args < text.size() && is_space(text[args])) ++args;
-    const size_t e = ends.next(args);
-    if (e == npos) break;  // no call can end anywhere further on
-    if (const size_t next = begins.next(args); next < e) {
-      pos = next;  // cut short by the next call, which is tried next
-      continue;
-    }
+    // The arguments run to <|tool_call_end|>, or are cut short by the next <|tool_call_begin|>
+    // (which is tried next) or by the end of the text: a call announced is kept either way,
+    // as the stream cannot withdraw it.
+    const size_t e = ends.next(args), next = begins.next(args);
+    const size_t stop = std::min({e, next, text.size()});
     result.calls.push_back(
-        {std::string(*id), name_of(*id), std::string(parser_detail::rtrim(text.substr(args, e - args)))});
-    pos = e + kCallEnd.size();
+        {std::string(*id), name_of(*id), std::string(parser_detail::rtrim(text.substr(args, stop - args)))});
+    if (stop == text.size()) break;
+    pos = stop == e ? e + kCallEnd.size() : next;
   }
   return result;
 }

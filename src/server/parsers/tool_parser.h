@@ -9,23 +9,25 @@
 // the first section marker (plural or singular spelling; nullopt if empty) and every
 // `<|tool_call_begin|> ws ID ws <|tool_call_argument_begin|> ws ARGS ws <|tool_call_end|>` after
 // it is a call, where ID is text without '<' ending in ":DIGITS" (at most 1024 bytes between the
-// markers) and ARGS holds no `<|tool_call_begin|>`. The call id is ID verbatim
-// (`functions.get_weather:0`), the name is ID before its first ':' after its last '.'
-// (`get_weather`; vLLM's rule, so dotted tool names lose their prefix), the arguments are the
-// raw text, not validated. A call cut short by another `<|tool_call_begin|>` or by the end of the
-// text is dropped.
+// markers). ARGS runs to the next `<|tool_call_end|>`, but a call is cut short by the next
+// `<|tool_call_begin|>` (which starts the next call) or by the end of the text (truncation by
+// max_tokens or a stop string); it is kept all the same, with the arguments seen so far. The call
+// id is ID verbatim (`functions.get_weather:0`), the name is ID before its first ':' after its
+// last '.' (`get_weather`; vLLM's rule, so dotted tool names lose their prefix), the arguments are
+// the raw text with surrounding whitespace trimmed, not validated.
 //
 // Deviations from vLLM: calls before the section marker are not parsed (vLLM's regex scans the
 // whole output, so their text would be both content and a call); the singular section marker is
-// accepted in the whole-text path too; no 8192-byte section limit (vLLM issue #41182).
+// accepted in the whole-text path too; no 8192-byte section limit (vLLM issue #41182). vLLM's
+// whole-text regex drops a call cut short while its stream keeps it (the stream cannot take back
+// a call it announced), so the two disagree; here both keep it, so that a client sees the same
+// calls and the same finish_reason whether it streams or not.
 //
 // Streaming: content before the section streams through, with possible marker prefixes held
 // back (at most 27 bytes); nothing after the section marker is ever content. A call is announced
 // (index, id, name) as soon as its `<|tool_call_argument_begin|>` arrives, then its arguments
 // stream as they come, holding back trailing whitespace and possible marker prefixes. The
-// assembled stream equals the whole-text result for any split of the text, except that a call
-// already announced cannot be withdrawn: a call cut short (see above) stays in the stream with
-// the arguments seen so far, and the calls after it keep counting from its index.
+// assembled stream equals the whole-text result for any split of the text.
 #include <optional>
 #include <string>
 #include <string_view>

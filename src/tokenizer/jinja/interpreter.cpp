@@ -29,8 +29,9 @@ class Interpreter::DepthGuard {
   Interpreter& in_;
 };
 
-Interpreter::Interpreter(const std::string& template_name, const Dict& globals, const Dict& context)
-    : name_(template_name) {
+Interpreter::Interpreter(const std::string& template_name, const Dict& globals, const Dict& context,
+                         RenderLimits limits)
+    : name_(template_name), limits_(limits) {
   Scope& g = new_scope(nullptr);
   for (const auto& [k, v] : globals.entries) g.vars[to_str(k)] = v;
   root_ = &new_scope(&g);
@@ -44,6 +45,17 @@ Scope& Interpreter::new_scope(Scope* parent) {
 }
 
 void Interpreter::fail(SourcePos pos, const std::string& msg) const { throw kimi::Error(error_prefix(name_, pos) + msg); }
+
+void Interpreter::step(SourcePos pos) {
+  if (++steps_ > limits_.max_steps)
+    fail(pos, "the template does too much work (over " + std::to_string(limits_.max_steps) +
+                  " statements and loop iterations in one render)");
+}
+
+void Interpreter::check_output(const std::string& out, SourcePos pos) const {
+  if (out.size() > limits_.max_output_bytes)
+    fail(pos, "the template's output is too large (over " + std::to_string(limits_.max_output_bytes) + " bytes)");
+}
 
 std::string Interpreter::render(const Body& body) {
   std::string out;
@@ -63,13 +75,16 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, Scope& scope, std::st
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, Scope& scope, std::string& out) {
   DepthGuard guard(*this, s.pos);
+  step(s.pos);
   try {
     switch (s.kind) {
       case StmtKind::Text:
         out += s.text;
+        check_output(out, s.pos);
         return Flow::Normal;
       case StmtKind::Output:
         out += to_str(eval(*s.expr, scope));
+        check_output(out, s.pos);
         return Flow::Normal;
       case StmtKind::If:
         for (const auto& [cond, body] : s.branches)
@@ -97,6 +112,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, Scope& scope, std::string& ou
         std::string captured;
         exec_body(s.body, new_scope(&scope), captured);
         out += to_str(apply_filter_chain(s.filters, Value::string(std::move(captured)), scope));
+        check_output(out, s.pos);
         return Flow::Normal;
       }
       case StmtKind::With: {
@@ -154,6 +170,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, Scope& scope, std::string
   if (s.loop_filter) {
     List kept;
     for (const Value& item : items) {
+      step(s.pos);
       assign(s.targets, s.unpack, item, loop_scope, s.pos);
       if (eval(*s.loop_filter, loop_scope).truthy()) kept.push_back(item);
     }
@@ -165,6 +182,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, Scope& scope, std::string
   // the next iteration or out of the loop (Jinja2's scoping; hence namespace()).
   const auto n = int64_t(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    step(s.pos);
     loop_scope.vars.clear();
     assign(s.targets, s.unpack, items[size_t(i)], loop_scope, s.pos);
     auto loop = std::make_shared<Dict>();
@@ -249,6 +267,7 @@ void Interpreter::exec_call_block(const Stmt& s, Scope& scope, std::string& out)
   args.keyword.emplace_back("caller", Value::function(std::move(f)));
   try {
     out += to_str(call(callee, std::move(args)));
+    check_output(out, s.pos);
   } catch (const BuiltinError& e) {
     fail(c.pos, e.what());
   }

@@ -1,6 +1,8 @@
 #pragma once
 // Executes a parsed template. One Interpreter serves one render call: it owns that render's
 // variable scopes and enforces the recursion bound (macros may recurse).
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <unordered_map>
@@ -20,10 +22,16 @@ struct Scope {
   const Value* find(const std::string& name) const;
 };
 
+// A render's budget (Options::max_render_steps / max_output_bytes in template.h).
+struct RenderLimits {
+  int64_t max_steps = 100'000'000;
+  size_t max_output_bytes = size_t(1) << 30;
+};
+
 class Interpreter final : public Runtime {
  public:
   // `globals` is the bottom scope (builtins and registered functions), `context` the render's variables.
-  Interpreter(const std::string& template_name, const Dict& globals, const Dict& context);
+  Interpreter(const std::string& template_name, const Dict& globals, const Dict& context, RenderLimits limits = {});
 
   std::string render(const Body& body);
 
@@ -38,8 +46,13 @@ class Interpreter final : public Runtime {
   std::deque<Scope> scopes_;  // arena with stable addresses: macros keep pointers to their defining scope
   Scope* root_ = nullptr;
   int depth_ = 0;
+  RenderLimits limits_;
+  int64_t steps_ = 0;
 
   class DepthGuard;
+
+  void step(SourcePos pos);                                 // counts one unit of work against the budget
+  void check_output(const std::string& out, SourcePos pos) const;  // the output stays under its bound
 
   Scope& new_scope(Scope* parent);
   [[noreturn]] void fail(SourcePos pos, const std::string& msg) const;

@@ -125,7 +125,8 @@ std::string Template::render(const Value& context) const {
   if (!context.is_dict()) throw kimi::Error(impl_->options.name + ": the render context must be a dict");
   Dict globals = impl_->globals;
   for (const auto& [k, v] : impl_->json_globals.items()) globals.set(std::string_view(k), Value::from_json(v));
-  Interpreter interpreter(impl_->options.name, globals, context.get_dict());
+  Interpreter interpreter(impl_->options.name, globals, context.get_dict(),
+                          {impl_->options.max_render_steps, impl_->options.max_output_bytes});
   return interpreter.render(impl_->body);
 }
 

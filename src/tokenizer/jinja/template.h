@@ -8,6 +8,8 @@
 // Output matches Python Jinja2 byte for byte for the constructs supported; anything else (syntax
 // errors, unsupported tags, runtime type errors, raise_exception) throws kimi::Error with
 // "NAME:LINE:COLUMN: message".
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +24,12 @@ struct Options {
   bool lstrip_blocks = false;          // drop indentation before a block or comment tag
   bool keep_trailing_newline = false;  // Jinja2 drops one trailing newline of the source by default
   std::string name = "template";       // shown in error messages
+  // Bounds on one render, so that a hostile template (nested loops over large ranges, macros
+  // recursing into themselves twice per level) fails with kimi::Error instead of running for
+  // hours or exhausting memory: statements executed plus loop iterations, and bytes of output
+  // (of the result and of any captured block). Real chat templates stay far below both.
+  int64_t max_render_steps = 100'000'000;
+  size_t max_output_bytes = size_t(1) << 30;
 };
 
 // A C++ function callable from the template. Throw kimi::Error (or any std::exception) to fail the
