@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages the build and the tests need (skipped when all are present).
 set -euo pipefail
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev
-          clang libclang-rt-14-dev)  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
+          clang libclang-rt-14-dev  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
+          ccache)                   # optional for the build, but reruns then rebuild only what changed
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -6,11 +6,18 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 "$root/scripts/install-deps.sh"
+# ccache, where installed, makes a rerun (or a second clone on the same machine) rebuild only
+# what changed; paths are taken relative to the clone so that clones share the cache.
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  export CCACHE_BASEDIR="$root"
+fi
 status=0
 for config in release asan; do
   dir="$root/build-test-$config"
-  flags=(-DCMAKE_BUILD_TYPE=Release -DKIMI_BUILD_BENCH=OFF)
-  [ "$config" = asan ] && flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIMI_SANITIZE=ON -DKIMI_BUILD_BENCH=OFF)
+  flags=(-DCMAKE_BUILD_TYPE=Release -DKIMI_BUILD_BENCH=OFF "${launcher[@]}")
+  [ "$config" = asan ] && flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIMI_SANITIZE=ON -DKIMI_BUILD_BENCH=OFF "${launcher[@]}")
   echo "=== $config: build"
   cmake -S "$root" -B "$dir" "${flags[@]}" >/dev/null
   cmake --build "$dir" -j"$jobs"
