@@ -291,7 +291,9 @@ TEST_P(ReferenceLogitsKvDtype, GreedyTokensMatch) {
   }
   std::printf("[ kv %s ] greedy tokens: %d positions compared, %d near-ties (margin <= %.3g) skipped; %d differ\n",
               std::string(kv_cache_dtype_name(d)).c_str(), checked, near_ties, double(threshold), differing);
-  if (d != KvCacheDtype::Fp8E4m3) EXPECT_GE(checked, 30);
+  if (d != KvCacheDtype::Fp8E4m3) {
+    EXPECT_GE(checked, 30);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDtypes, ReferenceLogitsKvDtype,

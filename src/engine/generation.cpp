@@ -8,7 +8,6 @@ namespace kimi {
 
 GenerationStats generate_stream(Engine& engine, const std::vector<int32_t>& prompt, const SamplingParams& params,
                                 const std::function<bool(int32_t)>& on_token) {
-  using Clock = std::chrono::steady_clock;
   if (engine.has_unfinished()) throw Error("generate_stream: the engine is busy");
   GenerationStats st;
   st.prompt_tokens = int64_t(prompt.size());

@@ -29,12 +29,12 @@ struct ModelOptions {
 // and rope keys), reads rows [0, kv.length + tokens.size()), and writes nothing else; advancing the
 // sequence's length is the caller's.
 struct ForwardSequence {
-  std::span<const int32_t> tokens;  // new tokens, at positions kv.length ...
-  KvView kv;
+  std::span<const int32_t> tokens = {};  // new tokens, at positions kv.length ...
+  KvView kv = {};
   // Rows that replace the token embeddings of tokens[embedding_offsets[i]] (vision encoder
   // output): embedding_values is [embedding_offsets.size(), hidden_size].
-  std::span<const int64_t> embedding_offsets;
-  std::span<const float> embedding_values;
+  std::span<const int64_t> embedding_offsets = {};
+  std::span<const float> embedding_values = {};
   int64_t num_logits = 1;  // logits for the last num_logits tokens (0 .. tokens.size())
 };
 
