@@ -14,21 +14,6 @@
 namespace kimi {
 namespace {
 
-// The ApiError that f throws (a test failure if none, or another type).
-template <class F>
-ApiError api_error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ApiError, got: " << e.what();
-    return ApiError(0, "");
-  }
-  ADD_FAILURE() << "expected ApiError, nothing was thrown";
-  return ApiError(0, "");
-}
-
 std::string nested(int depth, const std::string& open = "[", const std::string& close = "]") {
   std::string s;
   for (int i = 0; i < depth; ++i) s += open;
@@ -45,33 +30,33 @@ TEST(JsonBody, TheIssuesDeepBodyIsA400NotACrash) {
   // value recursively (inside the JSON parser) and overflowed a request thread's 8 MiB stack.
   test::on_stack(size_t(8) << 20, [] {
     const std::string body = "{\"x\":" + nested(100000) + ",\"y\":1}";
-    const ApiError e = api_error_of([&] { (void)parse_completion_request(parse_json_body(body)); });
+    const ApiError e = test::api_error_of([&] { (void)parse_completion_request(parse_json_body(body)); });
     EXPECT_EQ(e.status(), 400);
     EXPECT_NE(std::string(e.what()).find("128 levels"), std::string::npos) << e.what();
     // Ten times deeper: the old parse overflowed a Release build here even where the frames of
     // the copy were small enough to survive the issue's body.
-    EXPECT_EQ(api_error_of([&] { (void)parse_json_body("{\"x\":" + nested(1000000) + ",\"y\":1}"); }).status(), 400);
+    EXPECT_EQ(test::api_error_of([&] { (void)parse_json_body("{\"x\":" + nested(1000000) + ",\"y\":1}"); }).status(), 400);
     // Deep objects too.
     std::string objects;
     for (int i = 0; i < 100000; ++i) objects += "{\"a\":";
     objects += "1" + std::string(100000, '}');
-    EXPECT_EQ(api_error_of([&] { (void)parse_json_body(objects + ",\"b\":1}"); }).status(), 400);
+    EXPECT_EQ(test::api_error_of([&] { (void)parse_json_body(objects + ",\"b\":1}"); }).status(), 400);
   });
 }
 
 TEST(JsonBody, DepthLimitIsExact) {
   // The body object is level 1, so the value may nest kMaxJsonDepth - 1 more levels.
   EXPECT_NO_THROW(parse_json_body("{\"x\":" + nested(kMaxJsonDepth - 1) + "}"));
-  EXPECT_EQ(api_error_of([&] { (void)parse_json_body("{\"x\":" + nested(kMaxJsonDepth) + "}"); }).status(), 400);
+  EXPECT_EQ(test::api_error_of([&] { (void)parse_json_body("{\"x\":" + nested(kMaxJsonDepth) + "}"); }).status(), 400);
   EXPECT_NO_THROW(parse_json_body(nested(kMaxJsonDepth)));
-  EXPECT_EQ(api_error_of([&] { (void)parse_json_body(nested(kMaxJsonDepth + 1)); }).status(), 400);
+  EXPECT_EQ(test::api_error_of([&] { (void)parse_json_body(nested(kMaxJsonDepth + 1)); }).status(), 400);
   // Deep strings are not nesting.
   EXPECT_NO_THROW(parse_json_body("{\"x\":\"" + nested(100000) + "\"}"));
 }
 
 TEST(JsonBody, InvalidJsonIsA400) {
   for (const char* bad : {"", "{", "{\"a\":}", "[1,]", "\"\xff\"", "{} x"}) {
-    const ApiError e = api_error_of([&] { (void)parse_json_body(bad); });
+    const ApiError e = test::api_error_of([&] { (void)parse_json_body(bad); });
     EXPECT_EQ(e.status(), 400) << bad;
     EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
   }
@@ -105,11 +90,11 @@ TEST(IntegerFields, SixtyFourBitValuesAreRangeCheckedNotTruncated) {
       {R"({"prompt":"a","logit_bias":{"+12":1}})", "logit_bias"},
   };
   for (const Case& c : cases) {
-    const ApiError e = api_error_of([&] { (void)completion(c.body); });
+    const ApiError e = test::api_error_of([&] { (void)completion(c.body); });
     EXPECT_EQ(e.status(), 400) << c.body;
     EXPECT_EQ(e.param(), c.param) << c.body << ": " << e.what();
   }
-  const ApiError top = api_error_of([] { (void)chat(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":4294967297})"); });
+  const ApiError top = test::api_error_of([] { (void)chat(R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":4294967297})"); });
   EXPECT_EQ(top.param(), "top_logprobs");
 }
 
@@ -118,7 +103,7 @@ TEST(FloatFields, ValuesBeyondFloatAreRefusedNotNarrowed) {
   for (const auto& [body, param] : {std::pair<const char*, const char*>{R"({"prompt":"a","temperature":1e308})", "temperature"},
                                     {R"({"prompt":"a","top_p":-1e39})", "top_p"},
                                     {R"({"prompt":"a","logit_bias":{"5":1e300}})", "logit_bias"}}) {
-    const ApiError e = api_error_of([&] { (void)completion(body); });
+    const ApiError e = test::api_error_of([&] { (void)completion(body); });
     EXPECT_EQ(e.status(), 400) << body;
     EXPECT_EQ(e.param(), param) << body;
   }
@@ -152,21 +137,21 @@ TEST(MediaParts, EveryMediaPartIsRefusedWithAClearError) {
         R"({"type":"file","file":{"file_data":"AAAA"}})", R"({"type":"audio_url","audio_url":{"url":"x"}})"}) {
     const std::string body = std::string(R"({"messages":[{"role":"user","content":[{"type":"text","text":"look"},)") +
                              part + "]}]}";
-    const ApiError e = api_error_of([&] { (void)chat(body); });
+    const ApiError e = test::api_error_of([&] { (void)chat(body); });
     EXPECT_EQ(e.status(), 400) << part;
     EXPECT_EQ(e.param(), "messages");
     EXPECT_NE(std::string(e.what()).find("text only"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("messages[0].content[1]"), std::string::npos) << e.what();
   }
   // Media in any role is refused; text parts still pass.
-  EXPECT_EQ(api_error_of([] {
+  EXPECT_EQ(test::api_error_of([] {
               (void)chat(R"({"messages":[{"role":"system","content":[{"type":"image_url","image_url":{"url":"x"}}]},{"role":"user","content":"hi"}]})");
             }).status(), 400);
   EXPECT_NO_THROW(chat(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})"));
 }
 
 TEST(ChatFields, ContinueFinalMessageAndGenerationPromptExcludeEachOther) {
-  const ApiError e = api_error_of([] {
+  const ApiError e = test::api_error_of([] {
     (void)chat(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"Once"}],"continue_final_message":true})");
   });
   EXPECT_EQ(e.status(), 400);
@@ -180,7 +165,7 @@ TEST(ChatFields, ContinueFinalMessageAndGenerationPromptExcludeEachOther) {
 TEST(ChatFields, PromptLogprobsAreReadButNotWithStreaming) {
   EXPECT_EQ(*chat(R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":2})").params.prompt_logprobs, 2);
   EXPECT_EQ(*completion(R"({"prompt":"hi","prompt_logprobs":0})").params.prompt_logprobs, 0);
-  const ApiError e = api_error_of([] { (void)completion(R"({"prompt":"hi","prompt_logprobs":1,"stream":true})"); });
+  const ApiError e = test::api_error_of([] { (void)completion(R"({"prompt":"hi","prompt_logprobs":1,"stream":true})"); });
   EXPECT_EQ(e.param(), "prompt_logprobs");
 }
 

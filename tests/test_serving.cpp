@@ -80,19 +80,6 @@ class ServingTest : public test::TinyModelTest {
     job->stream(c);
     return c.events();
   }
-  template <class F>
-  static ApiError api_error_of(F&& f) {
-    try {
-      f();
-    } catch (const ApiError& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "expected ApiError, got: " << e.what();
-      return ApiError(0, "");
-    }
-    ADD_FAILURE() << "expected ApiError, nothing was thrown";
-    return ApiError(0, "");
-  }
   static int32_t special(const char* text) { return *tokenizer_->token_id(text); }
 
   std::unique_ptr<AsyncEngine> engine_;
@@ -107,7 +94,7 @@ TEST_F(ServingTest, DeepBodiesGetA400OnEveryEndpoint) {
   test::on_stack(size_t(8) << 20, [&] {
     const std::string deep = "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + ",\"y\":1}";
     for (int endpoint = 0; endpoint < 3; ++endpoint) {
-      const ApiError e = api_error_of([&] {
+      const ApiError e = test::api_error_of([&] {
         const ojson body = parse_json_body(deep);
         if (endpoint == 0) (void)s.tokenize(body);
         if (endpoint == 1) (void)s.start_completion(body);
@@ -138,12 +125,12 @@ TEST_F(ServingTest, DeepBodiesGetA400OnEveryEndpoint) {
 TEST_F(ServingTest, HugeMaxTokensFailsTheContextCheckInsteadOfOverflowing) {
   serve();
   for (const char* mt : {"9223372036854775807", "9223372036854775800", "200"}) {
-    const ApiError e = api_error_of([&] { (void)completion(std::string(R"({"prompt":"Hello","max_tokens":)") + mt + "}"); });
+    const ApiError e = test::api_error_of([&] { (void)completion(std::string(R"({"prompt":"Hello","max_tokens":)") + mt + "}"); });
     EXPECT_EQ(e.status(), 400) << mt;
     EXPECT_EQ(e.param(), "max_tokens") << e.what();
     EXPECT_NE(std::string(e.what()).find("maximum context length is 128"), std::string::npos) << e.what();
   }
-  const ApiError e = api_error_of([&] { (void)chat(std::string("{") + kUser + R"(,"max_completion_tokens":9223372036854775807})"); });
+  const ApiError e = test::api_error_of([&] { (void)chat(std::string("{") + kUser + R"(,"max_completion_tokens":9223372036854775807})"); });
   EXPECT_EQ(e.param(), "max_tokens") << e.what();
   EXPECT_NE(std::string(e.what()).find("9223372036854775"), std::string::npos) << e.what();  // the real sum
 }
@@ -164,7 +151,7 @@ TEST_F(ServingTest, EngineValidationErrorsNameTheirParam) {
       {R"("logit_bias":{"5":1000})", "logit_bias"},
   };
   for (const auto& [field, param] : cases) {
-    const ApiError e = api_error_of([&] { (void)completion(R"({"prompt":"Hello",)" + field + "}"); });
+    const ApiError e = test::api_error_of([&] { (void)completion(R"({"prompt":"Hello",)" + field + "}"); });
     EXPECT_EQ(e.status(), 400) << field;
     EXPECT_EQ(e.param(), param) << field << ": " << e.what();
   }
@@ -285,7 +272,7 @@ TEST_F(ServingTest, ContinueFinalMessageRendersTheLastMessageOpen) {
       R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"text","text":"A"},{"type":"text","text":"Bee"}]}],"continue_final_message":true,"add_generation_prompt":false})";
   EXPECT_TRUE(s.render_chat(parse_chat_request(parse_json_body(parts))).ends_with("ABee"));
   // Nothing to continue is a 400; the request itself runs.
-  EXPECT_EQ(api_error_of([&] {
+  EXPECT_EQ(test::api_error_of([&] {
               (void)s.render_chat(parse_chat_request(parse_json_body(
                   R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"  "}],"continue_final_message":true,"add_generation_prompt":false})")));
             }).status(), 400);

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "model/model.h"
 #include "modelgen/make_model.h"
+#include "server/api_error.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kimi::test {
@@ -91,6 +92,21 @@ inline void on_stack(size_t bytes, const std::function<void()>& f) {
   ASSERT_EQ(rc, 0);
   pthread_join(thread, nullptr);
   EXPECT_EQ(call.error, "");
+}
+
+// The ApiError that f throws; a test failure if it throws nothing or another type.
+template <class F>
+ApiError api_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected ApiError, got: " << e.what();
+    return ApiError(0, "");
+  }
+  ADD_FAILURE() << "expected ApiError, nothing was thrown";
+  return ApiError(0, "");
 }
 
 // The message of the kimi::Error that f throws; a test failure if it throws nothing or another type.
