@@ -197,6 +197,17 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
     }
   }
   on_status(status);
+  // Hands exactly `size` body bytes to on_body (a chunk, or a Content-Length body).
+  auto read_exactly = [&](size_t size) -> ClientError {
+    for (size_t left = size; left > 0;) {
+      if (buf.empty() && !fill()) return ClientError::Read;
+      const size_t n = std::min(left, buf.size());
+      if (!on_body(std::string_view(buf.data(), n))) return ClientError::Canceled;
+      buf.erase(0, n);
+      left -= n;
+    }
+    return ClientError::None;
+  };
   if (chunked) {
     for (;;) {
       size_t nl;
@@ -205,30 +216,13 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
       const size_t size = size_t(std::strtoull(buf.c_str(), nullptr, 16));
       buf.erase(0, nl + 2);
       if (size == 0) return ClientError::None;  // trailers are not read: the connection closes
-      size_t left = size;
-      while (left > 0) {
-        if (buf.empty() && !fill()) return ClientError::Read;
-        const size_t n = std::min(left, buf.size());
-        if (!on_body(std::string_view(buf.data(), n))) return ClientError::Canceled;
-        buf.erase(0, n);
-        left -= n;
-      }
+      if (const ClientError e = read_exactly(size); e != ClientError::None) return e;
       while (buf.size() < 2)
         if (!fill()) return ClientError::Read;
       buf.erase(0, 2);
     }
   }
-  if (has_length) {
-    size_t left = length;
-    while (left > 0) {
-      if (buf.empty() && !fill()) return ClientError::Read;
-      const size_t n = std::min(left, buf.size());
-      if (!on_body(std::string_view(buf.data(), n))) return ClientError::Canceled;
-      buf.erase(0, n);
-      left -= n;
-    }
-    return ClientError::None;
-  }
+  if (has_length) return read_exactly(length);
   // Close-delimited (an HTTP/1.0-style server).
   for (;;) {
     if (!buf.empty() && !on_body(buf)) return ClientError::Canceled;
