@@ -34,6 +34,7 @@
 #include "common/dtype.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/matmul.h"
+#include "kernels/mla_generic.h"
 
 namespace kimi::kernels {
 namespace {
@@ -559,7 +560,8 @@ template <class Tr>
 constexpr KernelTable make_table(Isa isa) {
   return KernelTable{isa,           &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
                      &dot<Tr>,      &axpy<Tr>,        &sum<Tr>,                 &dot_bf16<Tr>,
-                     &axpy_bf16<Tr>, &dot_e4m3<Tr>,   &axpy_e4m3<Tr>,           &e4m3_to_f32<Tr>};
+                     &axpy_bf16<Tr>, &dot_e4m3<Tr>,   &axpy_e4m3<Tr>,           &e4m3_to_f32<Tr>,
+                     &mla_scores<Tr>, &mla_values<Tr>};
 }
 
 }  // namespace

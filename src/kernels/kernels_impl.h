@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/mla_kernels.h"
 
 namespace kimi::kernels {
 
@@ -29,6 +30,10 @@ struct KernelTable {
   float (*dot_e4m3)(const float* a, const uint8_t* b, int64_t n);
   void (*axpy_e4m3)(float* y, float a, const uint8_t* x, int64_t n);
   void (*e4m3_to_f32)(const uint8_t* x, float scale, float* y, int64_t n);
+  // Absorbed MLA attention over cached rows (mla_kernels.h); nh already checked.
+  void (*mla_scores)(const MlaRows& rows, int nh, const float* q_lat, int64_t q_lat_stride, const float* q_rope,
+                     int64_t q_rope_stride, float scale, float* scores, int64_t score_stride);
+  void (*mla_values)(const MlaRows& rows, int nh, const float* p, int64_t p_stride, float* out, int64_t out_stride);
 };
 
 // Constant-initialised (only function pointers), so usable from any static initialiser.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/mla_kernels.h"
 #include "kernels/vec_ops.h"
 #include "model/ops.h"
 
@@ -41,38 +42,6 @@ float rope_dot(const KvRowLayout& l, const std::byte* r, const float* q_rope) {
     }
   }
   return 0.0f;
-}
-
-float row_dot(const KvRowLayout& l, const std::byte* r, const float* q_lat, const float* q_rope) {
-  switch (l.dtype) {
-    case KvCacheDtype::Float32: {
-      const auto* f = reinterpret_cast<const float*>(r);
-      return dot_f32(q_lat, f, l.lora) + dot_f32(q_rope, f + l.lora, l.rope);
-    }
-    case KvCacheDtype::BFloat16: {
-      const auto* b = reinterpret_cast<const uint16_t*>(r);
-      return dot_bf16(q_lat, b, l.lora) + dot_bf16(q_rope, b + l.lora, l.rope);
-    }
-    case KvCacheDtype::Fp8E4m3: {
-      float scales[2];
-      std::memcpy(scales, r + l.scale_offset, sizeof scales);
-      const auto* b = reinterpret_cast<const uint8_t*>(r);
-      return scales[0] * dot_e4m3(q_lat, b, l.lora) + scales[1] * dot_e4m3(q_rope, b + l.lora, l.rope);
-    }
-  }
-  return 0.0f;
-}
-
-void latent_axpy(const KvRowLayout& l, const std::byte* r, float p, float* o) {
-  switch (l.dtype) {
-    case KvCacheDtype::Float32: return axpy_f32(o, p, reinterpret_cast<const float*>(r), l.lora);
-    case KvCacheDtype::BFloat16: return axpy_bf16(o, p, reinterpret_cast<const uint16_t*>(r), l.lora);
-    case KvCacheDtype::Fp8E4m3: {
-      float scale;
-      std::memcpy(&scale, r + l.scale_offset, sizeof scale);
-      return axpy_e4m3(o, p * scale, reinterpret_cast<const uint8_t*>(r), l.lora);
-    }
-  }
 }
 
 // Naive form for one sequence: expand every cached latent into per-head keys/values.
@@ -117,53 +86,39 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, co
   // Attention output in latent space, head-major so each head's value projection is one matmul.
   std::vector<float> o_lat(static_cast<size_t>(d.H * s.n_tokens * d.lora));
   // A task takes a group of one token's heads, which share every cache row: each row, once
-  // loaded, serves the whole group from L1, so the cache is streamed once per group instead of
-  // once per head (it is far larger than L2 at long contexts). Groups stay small enough that
-  // every thread gets one.
-  const int64_t group = std::clamp<int64_t>(s.n_tokens * d.H / int64_t(pool.size()), 1, std::min<int64_t>(d.H, 8));
+  // loaded and widened from its dtype, serves the whole group from registers, so the cache is
+  // streamed once per group instead of once per head (it is far larger than L2 at long
+  // contexts). Groups stay small enough that every thread gets one.
+  const int64_t group = std::clamp<int64_t>(s.n_tokens * d.H / int64_t(pool.size()), 1,
+                                            std::min<int64_t>(d.H, kMlaMaxHeads));
   const int64_t groups_per_token = (d.H + group - 1) / group;
   pool.parallel_for(s.n_tokens * groups_per_token, 1, [&](int64_t b, int64_t e) {
     std::vector<float> scores(static_cast<size_t>(group * ctx)), q_lat(static_cast<size_t>(group * d.lora));
-    // A compact row (bf16, fp8) that several heads read is widened to f32 once, in L1, and the
-    // heads then use the f32 kernels: the conversion is paid per row, not per row and head.
-    std::vector<float> rowf(static_cast<size_t>(d.lora + d.rope));
     for (int64_t task = b; task < e; ++task) {
       const int64_t t = task / groups_per_token, h0 = task % groups_per_token * group;
-      const int64_t nh = std::min(group, d.H - h0);
-      const bool widen = cache.layout.dtype != KvCacheDtype::Float32 && nh > 1;
+      const int nh = int(std::min(group, d.H - h0));
       const int64_t row = s.first_row + t, pos = start + t;
       const float* q0 = q + (row * d.H + h0) * d.qk;  // head h0 + g at q0 + g * qk
       // q_lat = q_nope . W_uk[h]: the key up-projection moved onto the query.
       for (int64_t g = 0; g < nh; ++g)
         matmul_untransposed(w.kv_b.row_slice((h0 + g) * d.kvb_head, d.nope), q0 + g * d.qk, 1,
                             &q_lat[size_t(g * d.lora)]);
-      for (int64_t j = 0; j <= pos; ++j) {
-        const std::byte* r = cache.row(layer, j);
-        if (widen) {
-          decode_kv_row(cache.layout, r, rowf.data());
-          for (int64_t g = 0; g < nh; ++g)
-            scores[size_t(g * ctx + j)] = (dot_f32(&q_lat[size_t(g * d.lora)], rowf.data(), d.lora) +
-                                           dot_f32(q0 + g * d.qk + d.nope, rowf.data() + d.lora, d.rope)) * scale;
-          continue;
-        }
-        for (int64_t g = 0; g < nh; ++g)
-          scores[size_t(g * ctx + j)] = row_dot(cache.layout, r, &q_lat[size_t(g * d.lora)], q0 + g * d.qk + d.nope) * scale;
+      // The group's heads against every row in one pass per block (kernels/mla_kernels.h).
+      for (int64_t j0 = 0; j0 <= pos;) {
+        const MlaRows m = cache.rows_in_block(layer, j0, pos + 1);
+        mla_scores(m, nh, q_lat.data(), d.lora, q0 + d.nope, d.qk, scale, &scores[size_t(j0)], ctx);
+        j0 += m.count;
       }
+      float* o0 = &o_lat[size_t((h0 * s.n_tokens + t) * d.lora)];  // head h0 + g at o0 + g * o_stride
+      const int64_t o_stride = s.n_tokens * d.lora;
       for (int64_t g = 0; g < nh; ++g) {
         softmax(&scores[size_t(g * ctx)], pos + 1);
-        float* o = &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)];
-        std::fill(o, o + d.lora, 0.0f);
+        std::fill(o0 + g * o_stride, o0 + g * o_stride + d.lora, 0.0f);
       }
-      for (int64_t j = 0; j <= pos; ++j) {
-        const std::byte* r = cache.row(layer, j);
-        if (widen) {
-          decode_kv_latent(cache.layout, r, rowf.data());
-          for (int64_t g = 0; g < nh; ++g)
-            axpy_f32(&o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)], scores[size_t(g * ctx + j)], rowf.data(), d.lora);
-          continue;
-        }
-        for (int64_t g = 0; g < nh; ++g)
-          latent_axpy(cache.layout, r, scores[size_t(g * ctx + j)], &o_lat[size_t(((h0 + g) * s.n_tokens + t) * d.lora)]);
+      for (int64_t j0 = 0; j0 <= pos;) {
+        const MlaRows m = cache.rows_in_block(layer, j0, pos + 1);
+        mla_values(m, nh, &scores[size_t(j0)], ctx, o0, o_stride);
+        j0 += m.count;
       }
     }
   });

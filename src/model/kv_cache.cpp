@@ -125,6 +125,22 @@ void decode_kv_row(const KvRowLayout& l, const std::byte* src, float* dst) {
   }
 }
 
+MlaRows KvView::rows_in_block(int64_t layer, int64_t begin, int64_t end) const {
+  MlaRows m;
+  switch (layout.dtype) {
+    case KvCacheDtype::Float32: m.elem = KvRowElem::F32; break;
+    case KvCacheDtype::BFloat16: m.elem = KvRowElem::BF16; break;
+    case KvCacheDtype::Fp8E4m3: m.elem = KvRowElem::E4m3; break;
+  }
+  m.base = row(layer, begin);
+  m.stride = layout.bytes;
+  m.count = std::min(end, (begin / block_size + 1) * block_size) - begin;
+  m.lora = layout.lora;
+  m.rope = layout.rope;
+  m.scale_offset = layout.scale_offset;
+  return m;
+}
+
 KvStorage::KvStorage(const ModelConfig& c, int64_t num_blocks, int64_t block_size, KvCacheDtype dtype)
     : num_layers_(c.num_hidden_layers),
       num_blocks_(num_blocks),

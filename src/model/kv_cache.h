@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "format/model_config.h"
+#include "kernels/mla_kernels.h"
 
 namespace kimi {
 
@@ -75,6 +76,9 @@ struct KvView {
     const int64_t block = block_table[size_t(pos / block_size)];
     return storage + layer * layer_stride + (block * block_size + pos % block_size) * layout.bytes;
   }
+  // Rows [begin, end) of `layer`, cut at the end of begin's block: the contiguous run the
+  // attention kernels read in one call.
+  MlaRows rows_in_block(int64_t layer, int64_t begin, int64_t end) const;
 };
 
 // What a KV transfer sends along with one block's bytes: enough to check that the receiving
