@@ -21,7 +21,7 @@
 //    The scales sit inside the row, so a block's bytes are self-contained (block I/O below).
 //    A row holding NaN or Inf gets a NaN scale and reads as NaN, as a float32 row would
 //    poison the attention scores.
-// Attention reads every dtype directly (kernels/vec_ops.h): nothing is converted per step.
+// Attention reads every dtype directly (kernels/mla_kernels.h): nothing is converted per step.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
