@@ -91,6 +91,8 @@ int run_perplexity(int argc, char** argv) {
   const std::string text = read_file(path);
   if (text.empty()) throw Error("--file " + path + " is empty");
   const Tokenizer tokenizer = Tokenizer::load(dir);
+  // As llama-perplexity tokenizes it: special-token text stays text, and no BOS (our GGUF export
+  // sets add_bos_token false, so llama.cpp adds none to this model's chunks either).
   const std::vector<int32_t> tokens = tokenizer.encode(text, false);
   check_perplexity_input(ModelConfig::load(dir), int64_t(tokens.size()), ctx);
 
