@@ -37,5 +37,6 @@ int run_detokenize(int argc, char** argv);
 int run_train_tokenizer(int argc, char** argv);
 int run_render_template(int argc, char** argv);
 int run_export_gguf(int argc, char** argv);
+int run_perplexity(int argc, char** argv);
 
 }  // namespace kimi::cli

@@ -20,6 +20,7 @@ void usage() {
       "  generate             run a prompt through a model and print the continuation\n"
       "  chat                 interactive chat in the terminal, with the model's chat template\n"
       "  bench latency        time prefill and decode, as fractions of this machine's limits\n"
+      "  perplexity           perplexity over a text file (as llama-perplexity), per quantization\n"
       "  tokenize             print the token ids of a text\n"
       "  detokenize           print the text of token ids\n"
       "  train-tokenizer DIR  train a small BPE vocabulary and write the tokenizer files\n"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     if (cmd == "train-tokenizer") return kimi::cli::run_train_tokenizer(argc, argv);
     if (cmd == "render-template") return kimi::cli::run_render_template(argc, argv);
     if (cmd == "export-gguf") return kimi::cli::run_export_gguf(argc, argv);
+    if (cmd == "perplexity") return kimi::cli::run_perplexity(argc, argv);
     if (cmd == "--version" || cmd == "version") {
       std::printf("kimi %s\n", KIMI_VERSION);
       return 0;
