@@ -12,6 +12,7 @@
 #include "server/json_body.h"
 #include "server/messages_api.h"
 #include "server/serving.h"
+#include "api_mutations.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -136,6 +137,33 @@ TEST(MessagesRequest, BadRequestsAre400sNamingTheField) {
             "thinking");
   EXPECT_EQ(err(R"({"max_tokens":1,"messages":[{"role":"user","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]}]})")
                 .param(), "messages");
+}
+
+// Any field of any type: the translation and the chat parser after it either accept the body or
+// answer a 400; nothing else escapes (a JSON type error would be a 500).
+TEST(MessagesRequest, FieldsOfTheWrongTypeAreAcceptedOrA400) {
+  const ojson body = ojson::parse(R"({"model":"tiny","max_tokens":16,"system":[{"type":"text","text":"s"}],
+    "stop_sequences":["x"],"temperature":0.5,"top_p":0.9,"top_k":3,"stream":true,"thinking":{"type":"enabled","budget_tokens":1024},
+    "tools":[{"name":"f","description":"d","input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true},
+    "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"a"},
+        {"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"r"}],"is_error":false}]}]})");
+  size_t accepted = 0;
+  const size_t n = test::for_each_type_swap(body, [&](const ojson& m) {
+    for (bool count : {false, true}) {
+      try {
+        (void)parse_chat_request(messages_to_chat_body(m, count));
+        ++accepted;
+      } catch (const ApiError& e) {
+        EXPECT_EQ(e.status(), 400) << m.dump();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what() << " for " << m.dump();
+      }
+    }
+  });
+  EXPECT_GT(n, 300u);
+  EXPECT_GT(accepted, 0u);
 }
 
 TEST(MessagesResponse, ChatCompletionBecomesAMessage) {

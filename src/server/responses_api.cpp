@@ -154,7 +154,7 @@ ojson tools_json(const ojson& tools) {
 
 ojson tool_choice_json(const ojson& tc) {
   if (tc.is_string()) return tc;  // auto | none | required, checked by the chat parser
-  if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name") && tc["name"].is_string())
+  if (tc.is_object() && tc.contains("type") && tc["type"] == "function" && tc.contains("name") && tc["name"].is_string())
     return {{"type", "function"}, {"function", {{"name", tc["name"]}}}};
   bad("tool_choice", "auto, none, required or {\"type\": \"function\", \"name\": ...}", "tool_choice");
 }
@@ -168,7 +168,9 @@ ojson response_format_json(const ojson& format) {
   if (t != "json_schema") throw ApiError(400, "text.format type '" + t + "' is not supported", "text");
   const ojson* schema = field(format, "schema");
   if (!schema || !schema->is_object()) bad("text.format.schema", "an object (a JSON schema)", "text");
-  ojson js = {{"name", format.value("name", "response")}, {"schema", *schema}};
+  const ojson* name = field(format, "name");
+  if (name && !name->is_string()) bad("text.format.name", "a string", "text");
+  ojson js = {{"name", name ? *name : ojson("response")}, {"schema", *schema}};
   for (const char* k : {"strict", "description"})
     if (const ojson* v = field(format, k)) js[k] = *v;
   return {{"type", "json_schema"}, {"json_schema", js}};
@@ -399,7 +401,10 @@ ResponsesRequest responses_to_chat_request(const ojson& body) {
   }
   chat["messages"] = h.take();
 
-  if (const ojson* m = field(body, "max_output_tokens")) chat["max_tokens"] = *m;  // checked by the chat parser
+  if (const ojson* m = field(body, "max_output_tokens")) {
+    if (!m->is_number_integer() || m->get<int64_t>() < 1) bad("max_output_tokens", "an integer of at least 1", "max_output_tokens");
+    chat["max_tokens"] = *m;
+  }
   for (const char* k : {"temperature", "top_p"})
     if (const ojson* v = field(body, k)) chat[k] = *v;
   ojson tools = ojson::array();

@@ -6,7 +6,12 @@ namespace kimi {
 
 namespace {
 
-bool is_assistant(const ojson& m) { return m.is_object() && m.value("role", "") == "assistant"; }
+bool has_role(const ojson& m, const char* role) {
+  if (!m.is_object()) return false;
+  auto it = m.find("role");
+  return it != m.end() && *it == role;
+}
+bool is_assistant(const ojson& m) { return has_role(m, "assistant"); }
 
 const ojson* calls_of(const ojson& m) {
   auto it = m.find("tool_calls");
@@ -64,7 +69,7 @@ ojson canonicalize_tool_call_ids(const ojson& messages) {
       }
       continue;
     }
-    if (!m.is_object() || m.value("role", "") != "tool") continue;
+    if (!has_role(m, "tool")) continue;
     auto tid = m.find("tool_call_id");
     if (tid == m.end() || !tid->is_string()) continue;
     const std::string old = tid->get<std::string>();
