@@ -344,6 +344,25 @@ TEST_F(MessagesServingTest, StreamsEventsInOrderWithThinking) {
   EXPECT_EQ(ev[0].second["message"]["usage"]["input_tokens"], counted["input_tokens"]);
 }
 
+// A stop sequence reaches message_delta through the chat stream, whose finishing chunk carries
+// vLLM's stop_reason (failed before: the chat stream had no stop_reason, so it read end_turn).
+TEST_F(MessagesServingTest, AStopSequenceEndsTheStreamedMessage) {
+  const int32_t a = tokenizer_->encode("a").at(0);
+  ojson chat = messages_to_chat_body(parse_json_body(
+      R"({"model":"tiny","max_tokens":5,"stream":true,"stop_sequences":["a"],"messages":[{"role":"user","content":"Hi"}]})"));
+  chat["logit_bias"] = {{std::to_string(a), 100}};  // the first token is "a"
+  BridgedJob job(serving_->start_chat(chat), [](const ojson& c) { return c; },
+                 make_messages_stream_translator("msg_s", "tiny"));
+  Sink sink;
+  job.stream(sink);
+  const auto ev = parse_events(sink.raw);
+  ASSERT_GE(ev.size(), 2u);
+  EXPECT_EQ(ev[ev.size() - 2].second["delta"], ojson::parse(R"({"stop_reason":"stop_sequence","stop_sequence":"a"})"));
+  chat.erase("stream");
+  chat.erase("stream_options");
+  EXPECT_EQ(chat_to_message(serving_->start_chat(chat)->collect(), "msg_t")["stop_sequence"], "a");
+}
+
 TEST_F(MessagesServingTest, ForeignToolUseIdsCountLikeCanonicalOnes) {
   // The history's toolu_ ids are rendered as functions.get_weather:0, so the prompt has exactly
   // the tokens of the same history written with the canonical id.
