@@ -10,6 +10,7 @@
 #include "model/kv_cache.h"
 #include "server/api_error.h"
 #include "server/json_body.h"
+#include "server/openai_protocol.h"
 #include "server/messages_api.h"
 #include "server/serving.h"
 #include "api_mutations.h"
@@ -107,6 +108,15 @@ TEST(MessagesRequest, ToolUseThinkingAndToolResultsBecomeCallsReasoningAndToolMe
   EXPECT_NO_THROW(parse_chat_request(chat));
 }
 
+TEST(MessagesRequest, AFinalAssistantMessageIsAPrefill) {
+  const ojson chat = translate(R"({"max_tokens":4,"messages":[{"role":"user","content":"Count"},
+    {"role":"assistant","content":[{"type":"text","text":"1, 2,"}]}]})");
+  EXPECT_EQ(chat["continue_final_message"], true);
+  EXPECT_EQ(chat["add_generation_prompt"], false);
+  EXPECT_NO_THROW(parse_chat_request(chat));
+  EXPECT_FALSE(translate(R"({"max_tokens":4,"messages":[{"role":"user","content":"Count"}]})").contains("continue_final_message"));
+}
+
 TEST(MessagesRequest, ToolChoiceMapsAsVllmDoes) {
   const std::string head = R"({"max_tokens":1,"messages":[{"role":"user","content":"x"}],"tools":[{"name":"f","input_schema":{"type":"object"}}],"tool_choice":)";
   EXPECT_EQ(translate(head + R"({"type":"auto"}})")["tool_choice"], "auto");
@@ -126,6 +136,9 @@ TEST(MessagesRequest, BadRequestsAre400sNamingTheField) {
   EXPECT_EQ(err(R"({"max_tokens":0,"messages":[{"role":"user","content":"x"}]})").param(), "max_tokens");
   EXPECT_NO_THROW(translate(R"({"messages":[{"role":"user","content":"x"}]})", true));  // count_tokens
   EXPECT_EQ(err(R"({"max_tokens":1,"messages":[]})").param(), "messages");
+  // A user message of no blocks leaves no chat message: the chat parser's 400.
+  EXPECT_EQ(test::api_error_of([] { parse_chat_request(translate(R"({"max_tokens":1,"messages":[{"role":"user","content":[]}]})")); })
+                .param(), "messages");
   EXPECT_EQ(err(R"({"max_tokens":1,"messages":[{"role":"system","content":"x"}]})").param(), "messages");
   const ApiError image = err(R"({"max_tokens":1,"messages":[{"role":"user","content":[{"type":"text","text":"see"},
     {"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]})");
@@ -361,6 +374,15 @@ TEST_F(MessagesServingTest, AStopSequenceEndsTheStreamedMessage) {
   chat.erase("stream");
   chat.erase("stream_options");
   EXPECT_EQ(chat_to_message(serving_->start_chat(chat)->collect(), "msg_t")["stop_sequence"], "a");
+}
+
+TEST_F(MessagesServingTest, APrefillIsContinuedNotClosed) {
+  const std::string body = R"({"model":"tiny","messages":[{"role":"user","content":"Count"},
+    {"role":"assistant","content":"1, 2,"}]})";
+  const std::string prompt = serving_->render_chat(parse_chat_request(messages_to_chat_body(parse_json_body(body), true)));
+  EXPECT_TRUE(prompt.ends_with("1, 2,")) << prompt;
+  const ojson m = api_->start(parse_json_body(R"({"max_tokens":3,)" + body.substr(1)))->collect();
+  EXPECT_EQ(m["usage"]["output_tokens"], 3);
 }
 
 TEST_F(MessagesServingTest, ForeignToolUseIdsCountLikeCanonicalOnes) {

@@ -218,7 +218,8 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
   auto method_not_allowed = [&](const char* allow) {
     Headers h = extra;
     h.emplace_back("Allow", allow);
-    ex.respond(error_response(405, "method " + req.method + " is not allowed on " + path, h));
+    const std::string message = "method " + req.method + " is not allowed on " + path;
+    ex.respond(json_response(405, anthropic ? anthropic_error_body(405, message) : error_body(405, message), h));
   };
 
   if (path == "/health") {

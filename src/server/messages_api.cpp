@@ -308,6 +308,11 @@ ojson messages_to_chat_body(const ojson& body, bool count_only) {
   const ojson* messages = field(body, "messages");
   if (!messages || !messages->is_array() || messages->empty()) bad("messages", "a non-empty list", "messages");
   for (size_t i = 0; i < messages->size(); ++i) add_message(msgs, (*messages)[i], i);
+  // A final assistant message is a prefill: the answer continues its text.
+  if (!msgs.empty() && msgs.back()["role"] == "assistant" && !msgs.back().contains("tool_calls")) {
+    chat["continue_final_message"] = true;
+    chat["add_generation_prompt"] = false;
+  }
   chat["messages"] = std::move(msgs);
   if (const ojson* s = field(body, "stop_sequences")) {
     if (!s->is_array()) bad("stop_sequences", "a list of strings", "stop_sequences");

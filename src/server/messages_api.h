@@ -6,7 +6,8 @@
 // auto / any / tool / none -> auto / required / named / none (enforcing them is the chat
 // path's business); max_tokens (required), stop_sequences, temperature, top_p, top_k carried
 // over; thinking {type: enabled | adaptive} -> the template's thinking on, disabled or absent ->
-// off (Anthropic's default is no thinking blocks). Image and document blocks get the 400 that
+// off (Anthropic's default is no thinking blocks); a final assistant message is a prefill the
+// answer continues (chat's continue_final_message). Image and document blocks get the 400 that
 // chat's image parts get: this server runs text-only models.
 //
 // The answer: {id "msg_...", type "message", role, content [thinking | text | tool_use], model,
