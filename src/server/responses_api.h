@@ -15,9 +15,10 @@
 //
 // The answer: a response object {id "resp_...", object "response", created_at, status completed
 // | incomplete (max_output_tokens), output [reasoning {content [reasoning_text]}, message
-// {content [output_text]}, function_call {call_id, name, arguments}], usage {input_tokens,
-// output_tokens, ...}} with the request's settings echoed; streamed as the named events
-// response.created, response.in_progress, response.output_item.added, response.content_part.added,
+// {content [output_text]}, function_call {call_id, name, arguments}], usage {input_tokens
+// (+ cached_tokens), output_tokens, total_tokens}} with the request's settings echoed. Usage has
+// no output_tokens_details.reasoning_tokens: the parsers split reasoning from content by text,
+// not by token. Streamed as the named events response.created, response.in_progress, response.output_item.added, response.content_part.added,
 // response.reasoning_text.delta / .done, response.output_text.delta / .done,
 // response.function_call_arguments.delta / .done, response.content_part.done,
 // response.output_item.done, then response.completed (or response.incomplete), each with its
