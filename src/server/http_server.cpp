@@ -5,6 +5,8 @@
 
 #include "server/api_error.h"
 #include "server/json_body.h"
+#include "server/messages_api.h"
+#include "server/responses_api.h"
 #include "server/http/event_server.h"
 
 namespace kimi {
@@ -41,20 +43,33 @@ class ExchangeWriter : public EventWriter {
   Exchange& ex_;
 };
 
-// Runs a request handler, turning every failure into an OpenAI-style error response.
+// The error body of a surface: OpenAI's, or Anthropic's on /v1/messages.
+using ErrorShape = ojson (*)(int status, const std::string& message, const std::string& param);
+
+ojson openai_error(int status, const std::string& message, const std::string& param) {
+  return error_body(status, message, param);
+}
+ojson anthropic_error(int status, const std::string& message, const std::string&) {
+  return anthropic_error_body(status, message);
+}
+
+// Runs a request handler, turning every failure into an error response of the given shape.
 template <class F>
-void guarded(Exchange& ex, const Headers& extra, F&& f) {
+void guarded(Exchange& ex, const Headers& extra, F&& f, ErrorShape shape = openai_error) {
+  auto fail = [&](int status, const std::string& message, const std::string& param = {}) {
+    ex.respond(json_response(status, shape(status, message, param), extra));
+  };
   try {
     f();
   } catch (const EngineShuttingDown& e) {
     // 503 is what clients and SDKs retry (elsewhere, or after a restart); a 400 they do not.
-    ex.respond(error_response(503, e.what(), extra));
+    fail(503, e.what());
   } catch (const ApiError& e) {
-    ex.respond(error_response(e.status(), e.what(), extra, e.param()));
+    fail(e.status(), e.what(), e.param());
   } catch (const Error& e) {
-    ex.respond(error_response(400, e.what(), extra));  // engine-side validation: the client's to fix
+    fail(400, e.what());  // engine-side validation: the client's to fix
   } catch (const std::exception& e) {
-    ex.respond(error_response(500, std::string("internal error: ") + e.what(), extra));
+    fail(500, std::string("internal error: ") + e.what());
   }
 }
 
@@ -97,7 +112,11 @@ bool cheap_route(const http::HttpRequest& r) {
 }  // namespace
 
 HttpServer::HttpServer(OpenAiServing& serving, AsyncEngine& engine, HttpConfig config)
-    : serving_(serving), engine_(engine), config_(std::move(config)) {
+    : serving_(serving),
+      engine_(engine),
+      config_(std::move(config)),
+      responses_(std::make_unique<ResponsesApi>(serving)),
+      messages_(std::make_unique<MessagesApi>(serving)) {
   http::ServerOptions o;
   o.limits.max_body_bytes = config_.max_body_bytes;
   o.work_threads = std::max(1, config_.threads);
@@ -184,10 +203,14 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
   const std::string& path = req.path;
   const bool get = req.method == "GET" || req.method == "HEAD", post = req.method == "POST";
 
+  const bool anthropic = path == "/v1/messages" || path == "/v1/messages/count_tokens";
   if (!config_.api_key.empty() && path.starts_with("/v1/")) {
+    // Anthropic's SDKs send the key as x-api-key.
     const std::string* auth = req.header("Authorization");
-    if (!auth || *auth != "Bearer " + config_.api_key) {
-      ex.respond(error_response(401, "Unauthorized: a valid 'Authorization: Bearer <key>' header is required", extra));
+    const std::string* key = req.header("x-api-key");
+    if (!(auth && *auth == "Bearer " + config_.api_key) && !(key && *key == config_.api_key)) {
+      const std::string message = "Unauthorized: a valid 'Authorization: Bearer <key>' (or 'x-api-key') header is required";
+      ex.respond(json_response(401, anthropic ? anthropic_error_body(401, message) : error_body(401, message), extra));
       return;
     }
   }
@@ -195,7 +218,8 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
   auto method_not_allowed = [&](const char* allow) {
     Headers h = extra;
     h.emplace_back("Allow", allow);
-    ex.respond(error_response(405, "method " + req.method + " is not allowed on " + path, h));
+    const std::string message = "method " + req.method + " is not allowed on " + path;
+    ex.respond(json_response(405, anthropic ? anthropic_error_body(405, message) : error_body(405, message), h));
   };
 
   if (path == "/health") {
@@ -237,13 +261,23 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
     });
     return;
   }
-  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+  if (path == "/v1/messages/count_tokens") {
     if (!post) return method_not_allowed("POST");
+    guarded(ex, extra, [&] { ex.respond(json_response(200, messages_->count_tokens(parse_body(req)), extra)); },
+            anthropic_error);
+    return;
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses" ||
+      path == "/v1/messages") {
+    if (!post) return method_not_allowed("POST");
+    const ErrorShape shape = anthropic ? anthropic_error : openai_error;
     guarded(ex, extra, [&] {
       const ojson body = parse_body(req);
       if (draining()) throw EngineShuttingDown();
-      std::shared_ptr<ResponseJob> job =
-          path == "/v1/chat/completions" ? serving_.start_chat(body) : serving_.start_completion(body);
+      std::shared_ptr<ResponseJob> job = path == "/v1/chat/completions" ? serving_.start_chat(body)
+                                         : path == "/v1/completions"    ? serving_.start_completion(body)
+                                         : path == "/v1/responses"      ? responses_->start(body)
+                                                                        : messages_->start(body);
       // A client that hangs up, streaming or not, must not leave its request running.
       ex.on_hangup([job] { job->cancel(); });
       if (!job->streaming()) {
@@ -259,10 +293,12 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
       try {
         job->stream(w);
       } catch (const std::exception& e) {
-        w.write("data: " + dump(error_body(500, e.what())) + "\n\n");
+        // The surfaces with named events (Responses, Messages) send an `error` event.
+        const ojson err = shape(500, e.what(), {});
+        w.write(path.starts_with("/v1/c") ? "data: " + dump(err) + "\n\n" : "event: error\ndata: " + dump(err) + "\n\n");
       }
       ex.end_stream();
-    });
+    }, shape);
     return;
   }
   ex.respond(error_response(404, "no route for " + req.method + " " + path, extra));

@@ -18,6 +18,8 @@ namespace http {
 class Server;
 class Exchange;
 }  // namespace http
+class ResponsesApi;
+class MessagesApi;
 
 struct CorsConfig {
   // As vLLM's --allowed-origins / --allowed-methods / --allowed-headers / --allow-credentials.
@@ -66,6 +68,8 @@ class HttpServer {
   OpenAiServing& serving_;
   AsyncEngine& engine_;
   HttpConfig config_;
+  std::unique_ptr<ResponsesApi> responses_;  // POST /v1/responses
+  std::unique_ptr<MessagesApi> messages_;    // POST /v1/messages, /v1/messages/count_tokens
   std::unique_ptr<http::Server> server_;
   std::atomic<int> bound_port_{0};
 };

@@ -9,6 +9,7 @@
 #include "server/parsers/marker_scan.h"
 #include "server/parsers/reasoning_parser.h"
 #include "server/parsers/tool_parser.h"
+#include "server/tool_call_ids.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/utf8.h"
 
@@ -396,6 +397,7 @@ class ChatJob : public ResponseJob {
     // is answer text (the template closes its <think></think> before it).
     thinking_ = thinking_enabled(r_.chat_template_kwargs) && !r_.continue_final_message;
     tools_ = tools && !r_.tools.is_null() && r_.tool_choice != "none";
+    first_call_ = count_history_tool_calls(r_.messages);
     strip_markers_ = !r_.params.visible_special_ids.empty();
   }
 
@@ -405,6 +407,7 @@ class ChatJob : public ResponseJob {
   }
   bool streaming() const override { return r_.stream; }
   void cancel() override { reqs_.abort(); }
+  int64_t prompt_tokens() const override { return prompt_len_; }
 
   ojson collect() override {
     std::vector<ChoiceState> choices(size_t(r_.params.n));
@@ -425,9 +428,12 @@ class ChatJob : public ResponseJob {
       bool called = false;
       if (tools_) {
         const auto tr = KimiK2ToolParser().extract(content);
-        for (const auto& call : tr.calls)
-          tool_calls.push_back({{"id", call.id}, {"type", "function"},
+        // Canonical ids whatever the model wrote (tool_call_ids.h).
+        for (size_t k = 0; k < tr.calls.size(); ++k) {
+          const auto& call = tr.calls[k];
+          tool_calls.push_back({{"id", canonical_tool_call_id(call.name, first_call_ + int64_t(k))}, {"type", "function"},
                                 {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
         called = !tr.calls.empty();
         content = tr.content.value_or("");
       }
@@ -481,7 +487,7 @@ class ChatJob : public ResponseJob {
             ojson fn = {{"arguments", c.arguments}};
             if (c.name) fn["name"] = *c.name;
             ojson call = {{"index", c.index}, {"function", fn}};
-            if (c.id) call["id"] = *c.id, call["type"] = "function";
+            if (c.id) call["id"] = canonical_tool_call_id(c.name.value_or(""), first_call_ + c.index), call["type"] = "function";
             calls.push_back(call);
           }
           return d.content;
@@ -503,6 +509,13 @@ class ChatJob : public ResponseJob {
       if (delta.empty() && fr.is_null() && o->logprobs.empty()) continue;  // nothing visible yet
       ojson c = chunk(i, delta, fr);
       c["choices"][0]["logprobs"] = logprobs_json(o->logprobs);
+      // As vLLM's stream choice: the stop string (or token id) that ended it.
+      if (o->finished) {
+        ChoiceState ended;
+        ended.stop_reason = o->stop_reason;
+        ended.stop_token = o->stop_token;
+        c["choices"][0]["stop_reason"] = stop_reason_json(ended);
+      }
       if (r_.continuous_usage) c["usage"] = usage_json(prompt_len_, o->completion_tokens, o->cached_tokens);
       if (!w.write(sse(c))) return;
     }
@@ -546,6 +559,7 @@ class ChatJob : public ResponseJob {
   int64_t prompt_len_ = 0;
   bool reasoning_ = false, thinking_ = true, tools_ = false;
   bool strip_markers_ = false;  // the parser markers were made visible only for the parser
+  int64_t first_call_ = 0;      // the IDX of this answer's first tool call
 };
 
 // continue_final_message: the rendered prompt ends right after the final message's text, without
@@ -672,7 +686,8 @@ std::string OpenAiServing::render_chat(const ApiRequest& r) const {
   const ojson tools = exclude ? ojson() : r.tools;
   std::string prompt;
   try {
-    prompt = render_chat_template(config_.chat_template, r.messages, tools, r.add_generation_prompt, kwargs,
+    // The history's call ids in Kimi's canonical form (tool_call_ids.h).
+    prompt = render_chat_template(config_.chat_template, canonicalize_tool_call_ids(r.messages), tools, r.add_generation_prompt, kwargs,
                                   tokenizer_.bos_id() >= 0 ? token_text(tokenizer_, tokenizer_.bos_id()) : "",
                                   tokenizer_.eos_id() >= 0 ? token_text(tokenizer_, tokenizer_.eos_id()) : "");
   } catch (const Error& e) {

@@ -36,6 +36,8 @@ class ResponseJob {
   virtual bool streaming() const = 0;
   virtual ojson collect() = 0;                  // the whole response body
   virtual void stream(EventWriter& out) = 0;    // SSE "data:" events, ending with [DONE]
+  // The prompt's length in tokens, known once the job is started (0 where it is not tracked).
+  virtual int64_t prompt_tokens() const { return 0; }
   // Aborts the engine requests (the client hung up); any thread, while collect()/stream() runs.
   virtual void cancel() = 0;
 };
