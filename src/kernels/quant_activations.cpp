@@ -1,6 +1,7 @@
 // Validation, variant selection and the once-per-call activation preparation of the
 // integer-weight kernels (baseline-compiled: the SIMD files stay free of exceptions).
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/error.h"
@@ -122,6 +123,27 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
           const float* src = x + t * cols;
           float* dst = out.xf.data() + t * in.ldxf;
           for (int64_t i = 0; i < cols; ++i) dst[(i & ~int64_t(127)) + (i & 7) * 16 + ((i & 127) >> 3)] = src[i];
+        }
+      });
+      in.xf = out.xf.data();
+      return;
+    }
+    if (int4_word8_layout(w, int(L))) {
+      const int64_t nblocks = (cols + 63) / 64;
+      in.ldxf = nblocks * kWord8BlockFloats;
+      out.xf.assign(size_t(n * in.ldxf), 0.0f);
+      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* src = x + t * cols;
+          float* dst = out.xf.data() + t * in.ldxf;
+          for (int64_t i = 0; i < cols; ++i) {
+            const int64_t b = i / 64, l = (i % 64) / 8, j = i % 8;
+            // 16^-j is a power of two: the product is exact (short of f32 underflow).
+            const float scale = j == 7 ? 1.0f : std::ldexp(1.0f, -4 * int(j));
+            float* blk = dst + b * kWord8BlockFloats;
+            blk[j * 8 + l] = src[i] * scale;
+            blk[64 + l] -= 8.0f * src[i];
+          }
         }
       });
       in.xf = out.xf.data();
