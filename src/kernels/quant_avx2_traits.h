@@ -99,14 +99,27 @@ struct Avx2QuantTraits : Avx2Traits {
   // [s_g x4, s_g+1 x4]: the scales of a 64-input block's two groups of 32 (count 1: the second is
   // past the row's end and reads as 0).
   static V scale_pair(const RowGroups& rg, int64_t g, int count) {
+    // Fixed-size copies (inlined loads; a variable size would call memcpy per block).
     __m128i s;
     if (rg.f32) {
-      uint64_t u = 0;
-      std::memcpy(&u, rg.scales + g * 4, size_t(count) * 4);
+      uint64_t u;
+      if (count == 2) {
+        std::memcpy(&u, rg.scales + g * 4, 8);
+      } else {
+        uint32_t one;
+        std::memcpy(&one, rg.scales + g * 4, 4);
+        u = one;
+      }
       s = _mm_cvtsi64_si128(int64_t(u));
     } else {
-      uint32_t u = 0;
-      std::memcpy(&u, rg.scales + g * 2, size_t(count) * 2);
+      uint32_t u;
+      if (count == 2) {
+        std::memcpy(&u, rg.scales + g * 2, 4);
+      } else {
+        uint16_t one;
+        std::memcpy(&one, rg.scales + g * 2, 2);
+        u = one;
+      }
       s = _mm_slli_epi32(_mm_cvtepu16_epi32(_mm_cvtsi32_si128(int32_t(u))), 16);
     }
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(s)),
