@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -55,11 +56,21 @@ std::vector<float> activations(int64_t n) {
   return x;
 }
 
-// This machine's read bandwidth with all pool threads, measured once (first use, before any
+// Pool threads of every benchmark: KIMI_BENCH_THREADS (0 or unset: all cores). One thread makes
+// CPU time the kernel's own work on a machine shared with other loads.
+int bench_threads() {
+  static const int threads = [] {
+    const char* v = std::getenv("KIMI_BENCH_THREADS");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return threads;
+}
+
+// This machine's read bandwidth with the benchmarks' pool threads, measured once (first use, before any
 // timed benchmark: main() asks for it) and constant afterwards.
 double read_bandwidth() {
   static const double bw = [] {
-    ThreadPool pool(0);
+    ThreadPool pool(bench_threads());
     return measure_read_bandwidth(pool, size_t(512) << 20, 3);
   }();
   return bw;
@@ -85,7 +96,7 @@ void BM_Gemv(benchmark::State& state) {
   const bool cold = state.range(2) != 0;
   const auto isa = Isa(state.range(3));
   if (skip_unsupported(state, isa)) return;
-  ThreadPool pool(0);
+  ThreadPool pool(bench_threads());
   const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
   const std::vector<float> x = activations(cols);
   std::vector<float> y(static_cast<size_t>(rows));
@@ -104,7 +115,7 @@ void BM_Gemm(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
   const auto isa = Isa(state.range(3));
   if (skip_unsupported(state, isa)) return;
-  ThreadPool pool(0);
+  ThreadPool pool(bench_threads());
   const Bf16Weights w(rows, cols, 0);
   const std::vector<float> x = activations(n * cols);
   std::vector<float> y(size_t(n * rows));
@@ -188,7 +199,7 @@ void BM_QuantMatmul(benchmark::State& state) {
   const auto kind = QuantKind(state.range(4));
   const auto isa = Isa(state.range(5));
   if (skip_unsupported(state, isa)) return;
-  ThreadPool pool(0);
+  ThreadPool pool(bench_threads());
   const QuantWeights w(kind, rows, cols, cold ? kColdBytes : 0);
   const std::vector<float> x = activations(n * cols);
   std::vector<float> y(size_t(n * rows));
@@ -208,7 +219,7 @@ void BM_QuantMatmul(benchmark::State& state) {
 // The roofline for cold GEMV: all threads summing a buffer larger than the LLC with the same
 // SIMD loads as the kernels (kimi::measure_read_bandwidth does the same, best of a few passes).
 void BM_ReadBandwidth(benchmark::State& state) {
-  ThreadPool pool(0);
+  ThreadPool pool(bench_threads());
   constexpr size_t kBlock = size_t(1) << 16;  // floats per work item (256 KiB)
   const size_t count = kColdBytes / sizeof(float);
   auto buf = std::make_unique_for_overwrite<float[]>(count);
@@ -292,7 +303,8 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   // Measured before the timed runs, in the same process: the roofline of the GEMV figures.
   const double bw = kimi::read_bandwidth();
-  std::printf("measured read bandwidth: %.2f GB/s (all threads, kimi::measure_read_bandwidth)\n", bw * 1e-9);
+  std::printf("measured read bandwidth: %.2f GB/s (%d pool threads, 0 = all cores; kimi::measure_read_bandwidth)\n",
+              bw * 1e-9, kimi::bench_threads());
   char text[32];
   std::snprintf(text, sizeof text, "%.2f GB/s", bw * 1e-9);
   benchmark::AddCustomContext("read_bandwidth", text);

@@ -302,6 +302,28 @@ TEST_P(QuantKernelsIsa, Int4WordLayoutEdges) {
   }
 }
 
+// int4 x int8 at the extremes of the emulated dot products (nibbles 15 and 0, |x| quantised to
+// 127 everywhere, one sign or alternating), where pair sums added in int16 are largest.
+TEST_P(QuantKernelsIsa, Int4Int8ExtremeProducts) {
+  ThreadPool pool(2);
+  Rng rng(23);
+  for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0xF0)})
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::F32, false, 5, 512, 32};
+      QuantWeights q = make_quant(c, rng);
+      std::fill(q.data.begin(), q.data.end(), fill);
+      q = make_quant_values(std::move(q));
+      std::vector<float> x(size_t(c.cols));
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = pattern == 0 ? 3.0f : pattern == 1 ? -3.0f : (i % 2 ? 3.0f : -3.0f);
+      std::vector<double> mag;
+      const std::vector<double> want = reference(q, x, 1, mag);
+      const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " x " << pattern;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,
                          ::testing::Values(QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512,
                                            QuantIsa::Avx512Vnni),

@@ -1,7 +1,6 @@
 // Validation, variant selection and the once-per-call activation preparation of the
 // integer-weight kernels (baseline-compiled: the SIMD files stay free of exceptions).
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "common/error.h"
@@ -136,12 +135,12 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
         for (int64_t t = t0; t < t1; ++t) {
           const float* src = x + t * cols;
           float* dst = out.xf.data() + t * in.ldxf;
+          // 16^-j is a power of two: the products are exact (short of f32 underflow).
+          static constexpr float kScale[8] = {1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
           for (int64_t i = 0; i < cols; ++i) {
             const int64_t b = i / 64, l = (i % 64) / 8, j = i % 8;
-            // 16^-j is a power of two: the product is exact (short of f32 underflow).
-            const float scale = j == 7 ? 1.0f : std::ldexp(1.0f, -4 * int(j));
             float* blk = dst + b * kWord8BlockFloats;
-            blk[j * 8 + l] = src[i] * scale;
+            blk[j * 8 + l] = src[i] * kScale[j];
             blk[64 + l] -= 8.0f * src[i];
           }
         }

@@ -65,6 +65,16 @@ struct Avx2QuantTraits : Avx2Traits {
     else
       return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
   }
+  // Nibbles (<= 15) x int8: each VPMADDUBSW pair sum is at most 2 * 15 * 128 = 3840 in size, so
+  // two add in int16 before one VPMADDWD (one widening per 64 int4 weights instead of two).
+  static VI dot2_u4s8(VI acc, VI u0, VI s0, VI u1, VI s1) {
+    if constexpr (kVnni) {
+      return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, u0, s0), u1, s1);
+    } else {
+      const VI p = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+      return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    }
+  }
   static VI ones8() { return _mm256_set1_epi8(1); }
   static VI abs8(VI w) { return _mm256_abs_epi8(w); }
   static VI sign8(VI x, VI w) { return _mm256_sign_epi8(x, w); }

@@ -17,6 +17,8 @@
 //   dot_u8s8(acc, u, s)          acc[j] += sum of u8 x s8 over the 4 bytes of lane j (VPDPBUSD;
 //                                emulated with VPMADDUBSW + VPMADDWD, whose 16-bit pair sums must
 //                                not saturate: callers keep |u * s| pairs below 2^15)
+//   dot2_u4s8(acc, u0, s0, u1, s1)  dot_u8s8 twice, for nibbles u (<= 15): the emulation may add
+//                                the two VPMADDUBSW results in int16 (|.| <= 2 * 2 * 15 * 128)
 //   abs8(w), sign8(x, w)         |w| and x * sign(w) per byte (the non-VNNI int8 x int8 trick)
 //   izero, iset1, iadd, isub, slli<n>, mullo, load_i
 //   scales_window(row_groups, g, count) (f32 scales g..g+count of a row, zero-filled),
@@ -377,8 +379,7 @@ void int_tile(const QuantCtx& c, float* y) {
         for (int t = 0; t < T; ++t) {
           // Nibbles (<= 15) x int8 (|x| <= 127): pair sums fit int16 for the emulation.
           const int8_t* xb = xs[t] + b * B;
-          acc[r][t] = Tr::dot_u8s8(acc[r][t], lo, Tr::load_block(xb));
-          acc[r][t] = Tr::dot_u8s8(acc[r][t], hi, Tr::load_block(xb + B / 2));
+          acc[r][t] = Tr::dot2_u4s8(acc[r][t], lo, Tr::load_block(xb), hi, Tr::load_block(xb + B / 2));
         }
       }
     } else {
