@@ -31,7 +31,8 @@ struct QuantInput {
   // Int4Group x f32 (SIMD only): x split per chunk of 2L inputs into its L even then L odd
   // elements (matching the low / high nibbles of L packed bytes), zero-padded; [n, ldxf].
   // Where int4_word_layout() holds instead, per block of 128 inputs: for j = 0..7 the 16
-  // inputs 8l + j (l < 16), matching nibble j of the block's 16 packed words.
+  // inputs 8l + j (l < 16), matching nibble j of the block's 16 packed words. Where
+  // int4_word8_layout() holds (8 lanes), 72 floats per block of 64 inputs (see there).
   const float* xf = nullptr;
   int64_t ldxf = 0;
   // Int8PerToken: x quantised per token (quantize_activation_row). Int4Group (SIMD): per block
