@@ -1,10 +1,16 @@
 // Micro-benchmarks of the matmul kernels against this machine's own limits. The figure that
-// matters for decode is GEMV bytes/s as a fraction of BM_ReadBandwidth (same threads, same run).
-//   kimi_microbench --benchmark_filter='Gemv|ReadBandwidth'
+// matters for decode is GEMV bytes/s as a fraction of the read bandwidth measured at start-up
+// (kimi::measure_read_bandwidth, printed and in the context; counter "of_read_bw").
+//   kimi_microbench --benchmark_filter='Gemv|QuantMatmul'
+// Every benchmark is registered for each kernel ISA; those this CPU lacks skip with an error that
+// names the ISA ("this CPU lacks avx512").
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "common/thread_pool.h"
+#include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/vec_ops.h"
@@ -49,13 +56,47 @@ std::vector<float> activations(int64_t n) {
   return x;
 }
 
+// Pool threads of every benchmark: KIMI_BENCH_THREADS (0 or unset: all cores). One thread makes
+// CPU time the kernel's own work on a machine shared with other loads.
+int bench_threads() {
+  static const int threads = [] {
+    const char* v = std::getenv("KIMI_BENCH_THREADS");
+    return v ? std::max(0, std::atoi(v)) : 0;
+  }();
+  return threads;
+}
+
+// This machine's read bandwidth with the benchmarks' pool threads, measured once (first use, before any
+// timed benchmark: main() asks for it) and constant afterwards.
+double read_bandwidth() {
+  static const double bw = [] {
+    ThreadPool pool(bench_threads());
+    return measure_read_bandwidth(pool, size_t(512) << 20, 3);
+  }();
+  return bw;
+}
+
+// Skips `state` unless this CPU runs `isa`, naming the ISA.
+bool skip_unsupported(benchmark::State& state, Isa isa) {
+  if (isa_supported(isa)) return false;
+  state.SkipWithError(("this CPU lacks " + std::string(isa_name(isa))).c_str());
+  return true;
+}
+
+// Bytes/s of the weights read, and that rate as a fraction of read_bandwidth().
+void report_bytes(benchmark::State& state, int64_t bytes_per_iteration) {
+  state.SetBytesProcessed(state.iterations() * bytes_per_iteration);
+  state.counters["of_read_bw"] = benchmark::Counter(
+      double(state.iterations()) * double(bytes_per_iteration) / read_bandwidth(), benchmark::Counter::kIsRate);
+}
+
 // Args: rows, cols, cold (rotate over > LLC of weights), isa.
 void BM_Gemv(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1);
   const bool cold = state.range(2) != 0;
   const auto isa = Isa(state.range(3));
-  if (!isa_supported(isa)) return state.SkipWithError("ISA not supported on this CPU");
-  ThreadPool pool(0);
+  if (skip_unsupported(state, isa)) return;
+  ThreadPool pool(bench_threads());
   const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
   const std::vector<float> x = activations(cols);
   std::vector<float> y(static_cast<size_t>(rows));
@@ -65,7 +106,7 @@ void BM_Gemv(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * rows * cols * 2);
+  report_bytes(state, rows * cols * 2);
   state.SetLabel(std::string(isa_name(isa)) + (cold ? " cold" : " hot"));
 }
 
@@ -73,8 +114,8 @@ void BM_Gemv(benchmark::State& state) {
 void BM_Gemm(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
   const auto isa = Isa(state.range(3));
-  if (!isa_supported(isa)) return state.SkipWithError("ISA not supported on this CPU");
-  ThreadPool pool(0);
+  if (skip_unsupported(state, isa)) return;
+  ThreadPool pool(bench_threads());
   const Bf16Weights w(rows, cols, 0);
   const std::vector<float> x = activations(n * cols);
   std::vector<float> y(size_t(n * rows));
@@ -90,19 +131,23 @@ void BM_Gemm(benchmark::State& state) {
 
 // Integer-format weights (random nibbles / bytes, BF16 group-32 scales for int4, per-channel F32
 // for int8) in `copies` consecutive matrices, like Bf16Weights.
-enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8 };
+// Int4W4A16Zp8: the same int4 weights with explicit zero points, all 8 (the same products); on
+// AVX2 it runs the per-nibble unpacking kernel that symmetric int4 used before the whole-word
+// one, so the two can be compared in one run (it reads 1 more byte per 32 weights).
+enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8, Int4W4A16Zp8 };
 
 struct QuantWeights {
   QuantKind kind;
   int64_t rows, cols, copies;
   size_t data_bytes, scale_bytes;
-  std::vector<uint8_t> data, scales;
+  std::vector<uint8_t> data, scales, zeros;
 
   QuantWeights(QuantKind k, int64_t r, int64_t c, size_t min_total_bytes) : kind(k), rows(r), cols(c) {
     const bool int4 = k != QuantKind::Int8W8A8;
     data_bytes = size_t(r * c) / (int4 ? 2 : 1);
     scale_bytes = int4 ? size_t(r * (c / 32)) * 2 : size_t(r) * 4;
     copies = int64_t(std::max<size_t>(1, (min_total_bytes + data_bytes - 1) / data_bytes));
+    if (k == QuantKind::Int4W4A16Zp8) zeros.assign(size_t(r * (c / 32)) * size_t(copies), 8);
     data.resize(data_bytes * size_t(copies));
     scales.resize(scale_bytes * size_t(copies));
     uint32_t s = 777;
@@ -128,6 +173,7 @@ struct QuantWeights {
     w.data = data.data() + size_t(i % copies) * data_bytes;
     w.scales = scales.data() + size_t(i % copies) * scale_bytes;
     w.scale_dtype = int4 ? DType::BF16 : DType::F32;
+    if (!zeros.empty()) w.zero_points = zeros.data() + size_t(i % copies) * size_t(rows * (cols / 32));
     w.group_size = int4 ? 32 : cols;
     w.rows = rows;
     w.cols = cols;
@@ -140,6 +186,7 @@ const char* quant_kind_name(QuantKind k) {
     case QuantKind::Int4W4A16: return "int4-w4a16";
     case QuantKind::Int4W4A8: return "int4-w4a8";
     case QuantKind::Int8W8A8: return "int8-w8a8";
+    case QuantKind::Int4W4A16Zp8: return "int4-w4a16-zp8";
   }
   return "?";
 }
@@ -151,8 +198,8 @@ void BM_QuantMatmul(benchmark::State& state) {
   const bool cold = state.range(3) != 0;
   const auto kind = QuantKind(state.range(4));
   const auto isa = Isa(state.range(5));
-  if (!isa_supported(isa)) return state.SkipWithError("ISA not supported on this CPU");
-  ThreadPool pool(0);
+  if (skip_unsupported(state, isa)) return;
+  ThreadPool pool(bench_threads());
   const QuantWeights w(kind, rows, cols, cold ? kColdBytes : 0);
   const std::vector<float> x = activations(n * cols);
   std::vector<float> y(size_t(n * rows));
@@ -162,7 +209,7 @@ void BM_QuantMatmul(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(state.iterations() * int64_t(w.at(0).bytes()));
+  report_bytes(state, int64_t(w.at(0).bytes()));
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(quant_kind_name(kind)) + " " + std::string(isa_name(isa)) +
@@ -172,7 +219,7 @@ void BM_QuantMatmul(benchmark::State& state) {
 // The roofline for cold GEMV: all threads summing a buffer larger than the LLC with the same
 // SIMD loads as the kernels (kimi::measure_read_bandwidth does the same, best of a few passes).
 void BM_ReadBandwidth(benchmark::State& state) {
-  ThreadPool pool(0);
+  ThreadPool pool(bench_threads());
   constexpr size_t kBlock = size_t(1) << 16;  // floats per work item (256 KiB)
   const size_t count = kColdBytes / sizeof(float);
   auto buf = std::make_unique_for_overwrite<float[]>(count);
@@ -192,48 +239,78 @@ void BM_ReadBandwidth(benchmark::State& state) {
 
 constexpr int64_t kScalar = int64_t(Isa::Scalar), kAvx2 = int64_t(Isa::Avx2),
                   kAvx512 = int64_t(Isa::Avx512);
+constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantKind::Int4W4A8),
+                  kW8A8 = int64_t(QuantKind::Int8W8A8), kW4A16Zp8 = int64_t(QuantKind::Int4W4A16Zp8);
+
+// Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
+// by name when run.
+void add_per_isa(benchmark::internal::Benchmark* b, std::initializer_list<std::vector<int64_t>> args) {
+  for (int64_t isa : {kAvx2, kAvx512})
+    for (std::vector<int64_t> a : args) {
+      a.push_back(isa);
+      b->Args(a);
+    }
+}
+// The real Kimi-K2.5 expert shapes: gate/up [2048 x 7168] and down [7168 x 2048].
+void gemv_args(benchmark::internal::Benchmark* b) {
+  add_per_isa(b, {{2048, 7168, 1}, {7168, 2048, 1}, {4096, 4096, 1}, {2048, 7168, 0}, {7168, 2048, 0}});
+  b->Args({7168, 2048, 1, kScalar});
+}
+void quant_args(benchmark::internal::Benchmark* b) {
+  add_per_isa(b, {{2048, 7168, 1, 1, kW4A16},
+                  {7168, 2048, 1, 1, kW4A16},
+                  {2048, 7168, 1, 1, kW4A16Zp8},
+                  {7168, 2048, 1, 1, kW4A16Zp8},
+                  {2048, 7168, 1, 1, kW4A8},
+                  {7168, 2048, 1, 1, kW4A8},
+                  {2048, 7168, 1, 1, kW8A8},
+                  {2048, 7168, 1, 0, kW4A16},
+                  {2048, 7168, 1, 0, kW4A8},
+                  {2048, 7168, 1, 0, kW8A8},
+                  {2048, 7168, 64, 0, kW4A16},
+                  {2048, 7168, 64, 0, kW4A16Zp8},
+                  {2048, 7168, 64, 0, kW4A8},
+                  {2048, 7168, 64, 0, kW8A8}});
+}
+void gemm_args(benchmark::internal::Benchmark* b) {
+  add_per_isa(b, {{2048, 2048, 64}, {2048, 7168, 64}, {2048, 2048, 8}});
+}
 
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The real Kimi-K2.5 expert shapes: gate/up [2048 x 7168] and down [7168 x 2048], cold.
 BENCHMARK(BM_Gemv)
     ->ArgNames({"rows", "cols", "cold", "isa"})
-    ->Args({7168, 2048, 1, kAvx512})
-    ->Args({2048, 7168, 1, kAvx512})
-    ->Args({4096, 4096, 1, kAvx512})
-    ->Args({7168, 2048, 1, kAvx2})
-    ->Args({7168, 2048, 1, kScalar})
-    ->Args({7168, 2048, 0, kAvx512})
-    ->Args({2048, 7168, 0, kAvx512})
+    ->Apply(gemv_args)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
-constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantKind::Int4W4A8),
-                  kW8A8 = int64_t(QuantKind::Int8W8A8);
-// Decode GEMV 1 x [2048 x 7168] (an expert's down projection) cold, and the prefill GEMM 64 x
-// [2048 x 7168], per format; BF16 is BM_Gemv / BM_Gemm of the same shapes.
+// Decode GEMV 1 x [2048 x 7168] and 1 x [7168 x 2048] cold (INT4 group 32: compare with BM_Gemv
+// of the same shape, BF16), hot, and the prefill GEMM 64 x [2048 x 7168], per format.
 BENCHMARK(BM_QuantMatmul)
     ->ArgNames({"rows", "cols", "n", "cold", "kind", "isa"})
-    ->Args({2048, 7168, 1, 1, kW4A16, kAvx512})
-    ->Args({2048, 7168, 1, 1, kW4A8, kAvx512})
-    ->Args({2048, 7168, 1, 1, kW8A8, kAvx512})
-    ->Args({2048, 7168, 1, 1, kW4A16, kAvx2})
-    ->Args({2048, 7168, 1, 1, kW4A8, kAvx2})
-    ->Args({2048, 7168, 1, 0, kW4A16, kAvx512})
-    ->Args({2048, 7168, 1, 0, kW4A8, kAvx512})
-    ->Args({2048, 7168, 1, 0, kW8A8, kAvx512})
-    ->Args({2048, 7168, 64, 0, kW4A16, kAvx512})
-    ->Args({2048, 7168, 64, 0, kW4A8, kAvx512})
-    ->Args({2048, 7168, 64, 0, kW8A8, kAvx512})
+    ->Apply(quant_args)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_Gemm)
     ->ArgNames({"rows", "cols", "n", "isa"})
-    ->Args({2048, 2048, 64, kAvx512})
-    ->Args({2048, 7168, 64, kAvx512})
-    ->Args({2048, 2048, 64, kAvx2})
-    ->Args({2048, 2048, 8, kAvx512})
+    ->Apply(gemm_args)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace
 }  // namespace kimi
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  // Measured before the timed runs, in the same process: the roofline of the GEMV figures.
+  const double bw = kimi::read_bandwidth();
+  std::printf("measured read bandwidth: %.2f GB/s (%d pool threads, 0 = all cores; kimi::measure_read_bandwidth)\n",
+              bw * 1e-9, kimi::bench_threads());
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f GB/s", bw * 1e-9);
+  benchmark::AddCustomContext("read_bandwidth", text);
+  benchmark::AddCustomContext("best_isa", std::string(kimi::isa_name(kimi::best_isa())));
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

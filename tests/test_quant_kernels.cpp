@@ -63,25 +63,21 @@ struct QuantWeights {
   }
 };
 
-QuantWeights make_quant(const QuantCase& c, Rng& rng) {
-  QuantWeights q{c, {}, {}, {}, {}};
+// Decodes q.values from q's packed data, scales and zero points, independently of the kernels.
+QuantWeights make_quant_values(QuantWeights q) {
+  const QuantCase& c = q.c;
   const bool int4 = c.format == WeightFormat::Int4Group;
   const int64_t groups = c.cols / c.group;
-  q.data.resize(size_t(int4 ? c.rows * c.cols / 2 : c.rows * c.cols));
-  for (auto& b : q.data) b = uint8_t(rng.next_u64());
-  q.zeros.resize(size_t(c.rows * groups));
-  for (auto& z : q.zeros) z = uint8_t(rng.next_u64() % 16);
-  q.scales.resize(size_t(c.rows * groups) * dtype_size(c.scale_dtype));
   std::vector<double> scale(size_t(c.rows * groups));
   for (size_t i = 0; i < scale.size(); ++i) {
-    const float s = float(0.002 + 0.05 * rng.uniform());
     if (c.scale_dtype == DType::BF16) {
-      const uint16_t b = f32_to_bf16(s);
-      std::memcpy(&q.scales[i * 2], &b, 2);
+      uint16_t b;
+      std::memcpy(&b, &q.scales[i * 2], 2);
       scale[i] = bf16_to_f32(b);
     } else {
-      std::memcpy(&q.scales[i * 4], &s, 4);
-      scale[i] = s;
+      float f;
+      std::memcpy(&f, &q.scales[i * 4], 4);
+      scale[i] = f;
     }
   }
   q.values.resize(size_t(c.rows * c.cols));
@@ -100,6 +96,27 @@ QuantWeights make_quant(const QuantCase& c, Rng& rng) {
       q.values[size_t(r * c.cols + i)] = v * scale[g];
     }
   return q;
+}
+
+QuantWeights make_quant(const QuantCase& c, Rng& rng) {
+  QuantWeights q{c, {}, {}, {}, {}};
+  const bool int4 = c.format == WeightFormat::Int4Group;
+  const int64_t groups = c.cols / c.group;
+  q.data.resize(size_t(int4 ? c.rows * c.cols / 2 : c.rows * c.cols));
+  for (auto& b : q.data) b = uint8_t(rng.next_u64());
+  q.zeros.resize(size_t(c.rows * groups));
+  for (auto& z : q.zeros) z = uint8_t(rng.next_u64() % 16);
+  q.scales.resize(size_t(c.rows * groups) * dtype_size(c.scale_dtype));
+  for (size_t i = 0; i < size_t(c.rows * groups); ++i) {
+    const float s = float(0.002 + 0.05 * rng.uniform());
+    if (c.scale_dtype == DType::BF16) {
+      const uint16_t b = f32_to_bf16(s);
+      std::memcpy(&q.scales[i * 2], &b, 2);
+    } else {
+      std::memcpy(&q.scales[i * 4], &s, 4);
+    }
+  }
+  return make_quant_values(std::move(q));
 }
 
 std::vector<float> random_x(int64_t count, Rng& rng) {
@@ -245,6 +262,66 @@ TEST_P(QuantKernelsIsa, KimiExpertShape) {
         ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
     }
   }
+}
+
+// int4 x f32 on whole packed words (AVX2: int4_word8_layout, blocks of 64 inputs): every group
+// mode (pairs of groups of 32 per block, groups of whole blocks, one group per row) with half and
+// partial last blocks, both scale dtypes, a ragged row tile and token counts around the GEMM tile;
+// all-15 and all-0 nibbles with large activations check the in-place nibble scaling (16^-j).
+TEST_P(QuantKernelsIsa, Int4WordLayoutEdges) {
+  ThreadPool pool(2);
+  Rng rng(21);
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 8},     {40, 40},   {32, 32},   {96, 32},  {160, 32},
+                                                {64, 64},   {128, 64},  {192, 64},  {256, 128}, {384, 192},
+                                                {72, 72},   {2048, 32}, {640, 640}};
+  for (const auto& [cols, group] : shapes)
+    for (DType sd : {DType::BF16, DType::F32}) {
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::None, sd, false, 7, cols, group};
+      QuantWeights q = make_quant(c, rng);
+      for (int64_t n : {1, 4, 7}) {
+        const std::vector<float> x = random_x(n * c.cols, rng);
+        std::vector<double> mag;
+        const std::vector<double> want = reference(q, x, n, mag);
+        const std::vector<float> got = run_variant(pool, GetParam(), q, x, n);
+        for (size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+      }
+    }
+  for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0x8F)}) {
+    const QuantCase c{WeightFormat::Int4Group, ActivationQuant::None, DType::F32, false, 3, 256, 32};
+    QuantWeights q = make_quant(c, rng);
+    std::fill(q.data.begin(), q.data.end(), fill);
+    q = make_quant_values(std::move(q));
+    std::vector<float> x = random_x(c.cols, rng);
+    for (auto& v : x) v *= 1e4f;
+    std::vector<double> mag;
+    const std::vector<double> want = reference(q, x, 1, mag);
+    const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " at " << i;
+  }
+}
+
+// int4 x int8 at the extremes of the emulated dot products (nibbles 15 and 0, |x| quantised to
+// 127 everywhere, one sign or alternating), where pair sums added in int16 are largest.
+TEST_P(QuantKernelsIsa, Int4Int8ExtremeProducts) {
+  ThreadPool pool(2);
+  Rng rng(23);
+  for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0xF0)})
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::F32, false, 5, 512, 32};
+      QuantWeights q = make_quant(c, rng);
+      std::fill(q.data.begin(), q.data.end(), fill);
+      q = make_quant_values(std::move(q));
+      std::vector<float> x(size_t(c.cols));
+      for (size_t i = 0; i < x.size(); ++i)
+        x[i] = pattern == 0 ? 3.0f : pattern == 1 ? -3.0f : (i % 2 ? 3.0f : -3.0f);
+      std::vector<double> mag;
+      const std::vector<double> want = reference(q, x, 1, mag);
+      const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " x " << pattern;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,

@@ -127,6 +127,27 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
       in.xf = out.xf.data();
       return;
     }
+    if (int4_word8_layout(w, int(L))) {
+      const int64_t nblocks = (cols + 63) / 64;
+      in.ldxf = nblocks * kWord8BlockFloats;
+      out.xf.assign(size_t(n * in.ldxf), 0.0f);
+      pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* src = x + t * cols;
+          float* dst = out.xf.data() + t * in.ldxf;
+          // 16^-j is a power of two: the products are exact (short of f32 underflow).
+          static constexpr float kScale[8] = {1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+          for (int64_t i = 0; i < cols; ++i) {
+            const int64_t b = i / 64, l = (i % 64) / 8, j = i % 8;
+            float* blk = dst + b * kWord8BlockFloats;
+            blk[j * 8 + l] = src[i] * kScale[j];
+            blk[64 + l] -= 8.0f * src[i];
+          }
+        }
+      });
+      in.xf = out.xf.data();
+      return;
+    }
     const int64_t chunk = 2 * L;
     in.ldxf = round_up(cols, chunk);
     out.xf.assign(size_t(n * in.ldxf), 0.0f);

@@ -65,6 +65,16 @@ struct Avx2QuantTraits : Avx2Traits {
     else
       return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
   }
+  // Nibbles (<= 15) x int8: each VPMADDUBSW pair sum is at most 2 * 15 * 128 = 3840 in size, so
+  // two add in int16 before one VPMADDWD (one widening per 64 int4 weights instead of two).
+  static VI dot2_u4s8(VI acc, VI u0, VI s0, VI u1, VI s1) {
+    if constexpr (kVnni) {
+      return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, u0, s0), u1, s1);
+    } else {
+      const VI p = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+      return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+    }
+  }
   static VI ones8() { return _mm256_set1_epi8(1); }
   static VI abs8(VI w) { return _mm256_abs_epi8(w); }
   static VI sign8(VI x, VI w) { return _mm256_sign_epi8(x, w); }
@@ -88,6 +98,44 @@ struct Avx2QuantTraits : Avx2Traits {
     return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
   }
   static V permute(V v, VI idx) { return _mm256_permutevar8x32_ps(v, idx); }
+  // int4 x f32 on whole words (int4_word8_layout): nibble j of each 32-bit lane as an f32 without
+  // moving it. For j < 7 the masked lane is nibble * 16^j, exact in f32 (x is pre-scaled by
+  // 16^-j to match); nibble 7 is shifted down, since masking it in place would set the sign bit.
+  // One integer op and one conversion per 8 weights.
+  static V nibble_in_place(VI words, unsigned j) {
+    if (j == 7) return _mm256_cvtepi32_ps(_mm256_srli_epi32(words, 28));
+    return _mm256_cvtepi32_ps(_mm256_and_si256(words, _mm256_set1_epi32(int32_t(0xFu << (4 * j)))));
+  }
+  // [s_g x4, s_g+1 x4]: the scales of a 64-input block's two groups of 32 (count 1: the second is
+  // past the row's end and reads as 0).
+  static V scale_pair(const RowGroups& rg, int64_t g, int count) {
+    // Fixed-size copies (inlined loads; a variable size would call memcpy per block).
+    __m128i s;
+    if (rg.f32) {
+      uint64_t u;
+      if (count == 2) {
+        std::memcpy(&u, rg.scales + g * 4, 8);
+      } else {
+        uint32_t one;
+        std::memcpy(&one, rg.scales + g * 4, 4);
+        u = one;
+      }
+      s = _mm_cvtsi64_si128(int64_t(u));
+    } else {
+      uint32_t u;
+      if (count == 2) {
+        std::memcpy(&u, rg.scales + g * 2, 4);
+      } else {
+        uint16_t one;
+        std::memcpy(&one, rg.scales + g * 2, 2);
+        u = one;
+      }
+      s = _mm_slli_epi32(_mm_cvtepu16_epi32(_mm_cvtsi32_si128(int32_t(u))), 16);
+    }
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_castsi128_ps(s)),
+                                    _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+  }
+
   static VI permute_i(VI v, VI idx) { return _mm256_permutevar8x32_epi32(v, idx); }
 };
 

@@ -17,10 +17,14 @@
 //   dot_u8s8(acc, u, s)          acc[j] += sum of u8 x s8 over the 4 bytes of lane j (VPDPBUSD;
 //                                emulated with VPMADDUBSW + VPMADDWD, whose 16-bit pair sums must
 //                                not saturate: callers keep |u * s| pairs below 2^15)
+//   dot2_u4s8(acc, u0, s0, u1, s1)  dot_u8s8 twice, for nibbles u (<= 15): the emulation may add
+//                                the two VPMADDUBSW results in int16 (|.| <= 2 * 2 * 15 * 128)
 //   abs8(w), sign8(x, w)         |w| and x * sign(w) per byte (the non-VNNI int8 x int8 trick)
 //   izero, iset1, iadd, isub, slli<n>, mullo, load_i
 //   scales_window(row_groups, g, count) (f32 scales g..g+count of a row, zero-filled),
 //   zeros_window(p, count), permute(v, idx), permute_i(v, idx)
+//   8-lane variants only (int4_f32_words8_tile): nibble_in_place(words, j) (nibble j of each
+//   lane as f32, times 16^j for j < 7), scale_pair(row_groups, g, count) ([s_g x4, s_g+1 x4])
 //
 // Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
 // can be merged into code that runs on a CPU without it; no out-of-line library code is used.
@@ -215,6 +219,70 @@ void int4_f32_words_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
+// Int4Group x f32 on whole packed words with 8 lanes (AVX2; int4_word8_layout). A 32-byte block
+// is 8 words of 8 nibbles, word l's nibble j being input 8l + j of the block's 64. Nibble j is
+// read in place (one AND, or a shift for j = 7, and one conversion per 8 weights: no unpacking
+// shuffles), against x pre-scaled by 16^-j; the zero point 8 is folded into the accumulator's
+// start, -8 * (sum of the word's 8 inputs), so each block costs 8 x (op, convert, FMA) per row
+// and one scale FMA. Rows run one after another within a block (x stays in L1), each with two
+// accumulators per token so the FMA chains are short. kPair: groups of 32, the block's lanes
+// 0-3 in one group and 4-7 in the next; else a group spans whole blocks (or the row).
+template <class Tr, int R, int T, bool kPair>
+void int4_f32_words8_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = w.cols / G;
+  const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + 63) / 64, nfull = w.cols / 64;
+  const int tail_bytes = int(row_bytes - nfull * 32);
+  const int64_t blocks_per_group = groups == 1 ? nblocks : G / 64;  // unless kPair
+
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = in.xf + (c.t0 + t) * in.ldxf;
+  V total[R][T];
+  zero_tile<Tr>(total);
+  int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t byte = b * 32;
+    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes);
+    if constexpr (!kPair) {
+      if (left == 0) {
+        ++g;
+        left = blocks_per_group;
+      }
+      --left;
+    }
+    for (int r = 0; r < R; ++r) {
+      const VI v = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
+      V a0[T], a1[T];
+      for (int t = 0; t < T; ++t) {
+        a0[t] = Tr::load_x(xs[t] + b * kWord8BlockFloats + 64);  // -8 * word sums
+        a1[t] = Tr::zero();
+      }
+      for (unsigned j = 0; j < 8; j += 2) {
+        const V q0 = Tr::nibble_in_place(v, j), q1 = Tr::nibble_in_place(v, j + 1);
+        for (int t = 0; t < T; ++t) {
+          const float* xb = xs[t] + b * kWord8BlockFloats + j * 8;
+          a0[t] = Tr::fma(q0, Tr::load_x(xb), a0[t]);
+          a1[t] = Tr::fma(q1, Tr::load_x(xb + 8), a1[t]);
+        }
+      }
+      V s;
+      if constexpr (kPair)
+        s = Tr::scale_pair(rg[r], 2 * b, int(qmin(2, groups - 2 * b)));
+      else
+        s = Tr::set1(rg[r].scale(g));
+      for (int t = 0; t < T; ++t) total[r][t] = Tr::fma(Tr::add(a0[t], a1[t]), s, total[r][t]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
+}
+
 // Int8Group x f32: L int8 weights per step, widened and scaled in registers.
 template <class Tr, int R, int T>
 void int8_f32_tile(const QuantCtx& c, float* y) {
@@ -311,8 +379,7 @@ void int_tile(const QuantCtx& c, float* y) {
         for (int t = 0; t < T; ++t) {
           // Nibbles (<= 15) x int8 (|x| <= 127): pair sums fit int16 for the emulation.
           const int8_t* xb = xs[t] + b * B;
-          acc[r][t] = Tr::dot_u8s8(acc[r][t], lo, Tr::load_block(xb));
-          acc[r][t] = Tr::dot_u8s8(acc[r][t], hi, Tr::load_block(xb + B / 2));
+          acc[r][t] = Tr::dot2_u4s8(acc[r][t], lo, Tr::load_block(xb), hi, Tr::load_block(xb + B / 2));
         }
       }
     } else {
@@ -426,6 +493,12 @@ void run_kind(const QuantCtx& c, float* y) {
         if (w.cols / w.group_size > 1 && w.group_size < 128)
           return int4_f32_words_tile<Tr, R, T, true>(c, y);
         return int4_f32_words_tile<Tr, R, T, false>(c, y);
+      }
+    }
+    if constexpr (Tr::kLanes == 8) {
+      if (int4_word8_layout(w, 8)) {
+        if (w.group_size == 32 && w.cols > 32) return int4_f32_words8_tile<Tr, R, T, true>(c, y);
+        return int4_f32_words8_tile<Tr, R, T, false>(c, y);
       }
     }
     int4_f32_tile<Tr, R, T>(c, y);

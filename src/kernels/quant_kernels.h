@@ -31,7 +31,8 @@ struct QuantInput {
   // Int4Group x f32 (SIMD only): x split per chunk of 2L inputs into its L even then L odd
   // elements (matching the low / high nibbles of L packed bytes), zero-padded; [n, ldxf].
   // Where int4_word_layout() holds instead, per block of 128 inputs: for j = 0..7 the 16
-  // inputs 8l + j (l < 16), matching nibble j of the block's 16 packed words.
+  // inputs 8l + j (l < 16), matching nibble j of the block's 16 packed words. Where
+  // int4_word8_layout() holds (8 lanes), 72 floats per block of 64 inputs (see there).
   const float* xf = nullptr;
   int64_t ldxf = 0;
   // Int8PerToken: x quantised per token (quantize_activation_row). Int4Group (SIMD): per block
@@ -77,6 +78,18 @@ inline bool int4_word_layout(const WeightMatrix& w, int lanes) {
   return lanes == 16 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::None &&
          w.zero_points == nullptr && (g == w.cols || 128 % g == 0 || g % 128 == 0);
 }
+
+// Whether int4 x f32 runs on whole packed words with 8 lanes (AVX2): symmetric weights, groups of
+// 32 (two per block of 64 inputs), multiples of 64, or one per row. A 32-byte block is 8 words
+// of 8 nibbles, word l's nibble j being input 64b + 8l + j; QuantInput::xf then holds per block
+// 72 floats: for j = 0..7 the 8 inputs 8l + j times 16^-j (16^0 for j = 7), then the 8 sums
+// -8 * (x[8l] + ... + x[8l + 7]), which fold the zero point 8 into the accumulator's start.
+inline bool int4_word8_layout(const WeightMatrix& w, int lanes) {
+  const int64_t g = w.group_size;
+  return lanes == 8 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::None &&
+         w.zero_points == nullptr && (g == w.cols || g == 32 || g % 64 == 0);
+}
+constexpr int64_t kWord8BlockFloats = 72;
 
 // Owns the buffers a QuantInput points into.
 struct PreparedInput {
