@@ -156,6 +156,8 @@ TEST(StructuredGbnf, Grammar) {
   EXPECT_THROW(compile_gbnf("root ::= (\"a\"?)*"), GrammarError);              // empty repetition
   EXPECT_THROW(compile_gbnf("start ::= \"a\""), GrammarError);                // no root
   EXPECT_THROW(compile_gbnf("root ::= \"a"), GrammarError);                   // unterminated
+  EXPECT_THROW(compile_gbnf("root ::= \"a\"\nroot ::= \"b\""), GrammarError);  // defined twice
+  expect(Recognizer(compile_gbnf("root ::= x (\",\" x)*\nx ::= \"a\" | y\ny ::= [0-9]")), {"a,1,a"}, {"a,"});  // forward refs
   try {
     compile_gbnf("root ::= x\nx ::= root");
     FAIL();

@@ -1,6 +1,7 @@
 #include "structured/gbnf.h"
 
 #include <map>
+#include <set>
 #include <string>
 
 #include "structured/charset.h"
@@ -25,8 +26,7 @@ class GbnfParser {
       if (t_.substr(i_, 3) != "::=") fail("'::=' after the rule name '" + name + "'");
       i_ += 3;
       const uint32_t r = rule(name);
-      if (defined_[r]) fail("a second definition of rule '" + name + "'");
-      defined_[r] = true;
+      if (!defined_.insert(r).second) throw GrammarError("grammar: rule '" + name + "' is defined twice");
       for (Seq& a : alternatives(0)) b_.add_alt(r, std::move(a));
       skip_space();
     }
@@ -65,10 +65,7 @@ class GbnfParser {
 
   uint32_t rule(const std::string& name) {
     auto [it, fresh] = ids_.try_emplace(name, 0);
-    if (fresh) {
-      it->second = b_.new_rule(name);
-      defined_.push_back(false);
-    }
+    if (fresh) it->second = b_.new_rule(name);
     return it->second;
   }
 
@@ -232,7 +229,7 @@ class GbnfParser {
   size_t i_ = 0;
   GrammarBuilder b_;
   std::map<std::string, uint32_t> ids_;
-  std::vector<bool> defined_;
+  std::set<uint32_t> defined_;
 };
 
 }  // namespace
