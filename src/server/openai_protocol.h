@@ -40,7 +40,7 @@ struct ApiRequest {
   ojson chat_template_kwargs = ojson::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // render the last message open and let the model go on
-  bool json_object = false;    // response_format {"type": "json_object"}
+  bool json_object = false;    // response_format {"type": "json_object"} (also in params.structured)
   bool logprobs_flag = false;  // chat: logprobs is a bool, top_logprobs the count
 };
 

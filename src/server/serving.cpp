@@ -699,6 +699,10 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
     for (std::string_view m : kParserMarkers)
       if (auto id = tokenizer_.token_id(m)) r.params.visible_special_ids.push_back(*id);
   }
+  // With a reasoning model thinking, the structured output is the answer: it starts after </think>.
+  if (r.params.structured.active() && config_.reasoning_parser && thinking_enabled(r.chat_template_kwargs) &&
+      !r.continue_final_message)
+    if (auto end = tokenizer_.token_id("</think>")) r.params.structured.start_after_token = *end;
   const std::string model = r.model.empty() ? config_.served_model_names[0] : r.model;
   std::string id = r.request_id.empty() ? next_id("chatcmpl") : r.request_id;
   auto job = std::make_unique<ChatJob>(engine_, tokenizer_, std::move(r), std::move(id), model,
