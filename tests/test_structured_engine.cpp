@@ -7,6 +7,8 @@
 
 #include "common/rng.h"
 #include "engine/engine.h"
+#include "server/parsers/tool_parser.h"
+#include "server/tool_choice.h"
 #include "structured/compile.h"
 #include "structured/token_mask.h"
 #include "test_util.h"
@@ -39,7 +41,7 @@ std::vector<uint64_t> brute_force(const structured::Recognizer& rec, const struc
   std::vector<uint64_t> m(vocab.words(), 0);
   bool any = false;
   for (int32_t id = 0; id < vocab.size(); ++id) {
-    if (vocab.is_special(id) || vocab.bytes(id).empty()) continue;
+    if (size_t(id) >= vocab.token_count() || vocab.bytes(id).empty()) continue;
     structured::ParseState a = state, b;
     bool ok = true;
     for (char c : vocab.bytes(id)) {
@@ -216,6 +218,75 @@ TEST_F(StructuredEngineTest, UnsupportedSchemaIsAParamError) {
   Engine no_tok(*model_, nullptr, c);
   p.structured = {SpecKind::Regex, "a"};
   EXPECT_THROW(no_tok.validate({1, 2, 3}, p), ParamError);
+}
+
+}  // namespace
+}  // namespace kimi
+
+namespace kimi {
+namespace {
+
+// tool_choice required / named on the tiny model: every output is a Kimi tool-call section the
+// kimi_k2 parser reads as calls of allowed tools, canonical ids counting on from the history,
+// arguments valid for the tool's schema.
+TEST_F(StructuredEngineTest, ForcedToolCallsAreValid) {
+  EngineConfig c;
+  c.block_size = 4;
+  c.scheduler.max_model_len = 512;
+  c.scheduler.max_num_seqs = 16;
+  c.kv_cache_bytes = size_t(1024) * KvStorage::bytes_per_block(model_->config(), c.block_size);
+  Engine engine(*model_, tokenizer_.get(), c);
+  const std::vector<int32_t> prompt = tokenizer_->encode("Call a tool:", false);
+  ApiRequest r;
+  r.tools = ojson::parse(R"([
+    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
+      "city":{"enum":["Paris","Oslo"]},"days":{"type":"integer","minimum":1,"maximum":7}},"required":["city","days"]}}},
+    {"type":"function","function":{"name":"ping","parameters":{"type":"object","properties":{}}}}])");
+  r.messages = ojson::parse(R"([{"role":"user","content":"x"},{"role":"assistant","tool_calls":[
+    {"id":"functions.ping:0","type":"function","function":{"name":"ping","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"functions.ping:0","content":"ok"}])");
+  for (const std::string choice : {"required", "named"}) {
+    for (bool parallel : {true, false}) {
+      r.tool_choice = choice;
+      r.tool_choice_name = "get_weather";
+      r.parallel_tool_calls = parallel;
+      SamplingParams p;
+      p.temperature = 1;
+      p.n = 6;
+      p.seed = 3;
+      p.max_tokens = 400;
+      p.skip_special_tokens = false;
+      p.structured = forced_tool_calls_spec(r, *tokenizer_);
+      ASSERT_EQ(p.structured.kind, SpecKind::ToolCalls);
+      const auto outs = engine.generate({prompt}, p);
+      for (const Completion& comp : outs[0]) {
+        EXPECT_EQ(comp.finish_reason, FinishReason::Stop) << comp.text;
+        const auto parsed = KimiK2ToolParser().extract(comp.text);
+        ASSERT_FALSE(parsed.calls.empty()) << comp.text;
+        if (!parallel) {
+          EXPECT_EQ(parsed.calls.size(), 1u) << comp.text;
+        }
+        for (size_t k = 0; k < parsed.calls.size(); ++k) {
+          const auto& call = parsed.calls[k];
+          if (choice == "named") {
+            EXPECT_EQ(call.name, "get_weather");
+          }
+          EXPECT_EQ(call.id, "functions." + call.name + ":" + std::to_string(k + 1)) << comp.text;
+          const auto args = nlohmann::json::parse(call.arguments);
+          ASSERT_TRUE(args.is_object());
+          if (call.name == "get_weather") {
+            EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << call.arguments;
+            EXPECT_GE(args["days"].get<int>(), 1);
+            EXPECT_LE(args["days"].get<int>(), 7);
+            EXPECT_EQ(args.size(), 2u);
+          } else {
+            EXPECT_EQ(call.name, "ping");
+            EXPECT_TRUE(args.empty()) << call.arguments;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

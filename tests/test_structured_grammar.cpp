@@ -8,6 +8,7 @@
 #include "structured/compile.h"
 #include "structured/gbnf.h"
 #include "structured/json_schema.h"
+#include "structured/tool_calls.h"
 
 namespace kimi::structured {
 namespace {
@@ -164,6 +165,27 @@ TEST(StructuredGbnf, Grammar) {
   } catch (const GrammarError& e) {
     EXPECT_NE(std::string(e.what()).find("left-recursive"), std::string::npos);
   }
+}
+
+TEST(StructuredToolCalls, Section) {
+  const std::string spec = R"({"tools":[{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}},
+    {"name":"g"}],"min_calls":1,"max_calls":2,"first_index":3,
+    "tokens":{"section_begin":1,"section_end":2,"call_begin":3,"argument_begin":4,"call_end":5}})";
+  Recognizer r(compile_tool_calls(spec));
+  auto tok = [](int id) { return special_token_bytes(id); };
+  const std::string f3 = tok(3) + "functions.f:3" + tok(4) + R"({"a":1})" + tok(5);
+  const std::string g4 = tok(3) + "functions.g:4" + tok(4) + R"({"x":[]})" + tok(5);
+  const std::string g3 = tok(3) + "functions.g:3" + tok(4) + "{}" + tok(5);
+  expect(r, {tok(1) + f3 + tok(2), tok(1) + g3 + tok(2), tok(1) + f3 + g4 + tok(2)},
+         {tok(1) + tok(2), tok(1) + g4 + tok(2), tok(1) + f3 + g4 + g4 + tok(2), f3, tok(1) + f3,
+          tok(1) + tok(3) + "functions.f:3" + tok(4) + R"({"b":1})" + tok(5) + tok(2),
+          "<|tool_calls_section_begin|>" + f3 + tok(2)});
+  EXPECT_THROW(compile_tool_calls(R"({"tools":[]})"), GrammarError);
+  EXPECT_THROW(compile_tool_calls(R"({"tools":[{"name":"f","parameters":{"multipleOf":2}}],"min_calls":1,"max_calls":1,
+    "first_index":0,"tokens":{"section_begin":1,"section_end":2,"call_begin":3,"argument_begin":4,"call_end":5}})"), GrammarError);
+  // GBNF names a special token by id.
+  Recognizer g(compile_gbnf("root ::= <[7]> \"x\""));
+  expect(g, {tok(7) + "x"}, {"x", tok(8) + "x"});
 }
 
 TEST(StructuredJsonObject, AnyObject) {

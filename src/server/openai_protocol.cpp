@@ -339,6 +339,7 @@ ApiRequest parse_chat_request(const ojson& body) {
     }
     if (!tools->empty()) r.tools = *tools;
   }
+  r.parallel_tool_calls = f.boolean("parallel_tool_calls", true);
   if (const ojson* tc = f.find("tool_choice")) {
     if (tc->is_string()) {
       r.tool_choice = tc->get<std::string>();

@@ -9,6 +9,7 @@
 #include "server/parsers/marker_scan.h"
 #include "server/parsers/reasoning_parser.h"
 #include "server/parsers/tool_parser.h"
+#include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/utf8.h"
 
@@ -698,6 +699,13 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
   } else if (config_.reasoning_parser && r.params.skip_special_tokens) {
     for (std::string_view m : kParserMarkers)
       if (auto id = tokenizer_.token_id(m)) r.params.visible_special_ids.push_back(*id);
+  }
+  // tool_choice required / named: the output is a tool-call section of the allowed tools.
+  if (tools_active && (r.tool_choice == "required" || r.tool_choice == "named")) {
+    if (r.params.structured.active())
+      throw ApiError(400, "tool_choice " + r.tool_choice + " cannot be combined with '" + r.params.structured.param + "'",
+                     "tool_choice");
+    r.params.structured = forced_tool_calls_spec(r, tokenizer_);
   }
   // With a reasoning model thinking, the structured output is the answer: it starts after </think>.
   if (r.params.structured.active() && config_.reasoning_parser && thinking_enabled(r.chat_template_kwargs) &&

@@ -5,6 +5,7 @@
 #include "structured/gbnf.h"
 #include "structured/json_schema.h"
 #include "structured/regex.h"
+#include "structured/tool_calls.h"
 
 namespace kimi::structured {
 
@@ -45,6 +46,7 @@ std::shared_ptr<const Recognizer> compile(const StructuredSpec& spec) {
     case SpecKind::Regex: return std::make_shared<const Recognizer>(regex_grammar(spec.text));
     case SpecKind::Choice: return std::make_shared<const Recognizer>(choice_grammar(spec.text));
     case SpecKind::Grammar: return std::make_shared<const Recognizer>(compile_gbnf(spec.text));
+    case SpecKind::ToolCalls: return std::make_shared<const Recognizer>(compile_tool_calls(spec.text));
     case SpecKind::None: break;
   }
   throw GrammarError("internal: compile() of an empty spec");

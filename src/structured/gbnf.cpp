@@ -167,7 +167,7 @@ class GbnfParser {
     int64_t v = 0;
     while (!at_end() && std::isdigit(uint8_t(peek()))) {
       v = v * 10 + (peek() - '0');
-      if (v > 100000) fail("a repetition count up to 100000");
+      if (v > 100000000) fail("a number up to 100000000");
       ++i_;
     }
     return v;
@@ -212,6 +212,13 @@ class GbnfParser {
       CharSet all;
       all.add(0, kMaxCodePoint);
       return all.compile(b_);
+    }
+    if (c == '<' && i_ + 1 < t_.size() && t_[i_ + 1] == '[') {  // <[id]>: a special token by id
+      i_ += 2;
+      const int64_t id = read_int();
+      if (t_.substr(i_, 2) != "]>") fail("']>' after a token id");
+      i_ += 2;
+      return b_.literal(special_token_bytes(int32_t(id)));
     }
     if (c == '(') {
       ++i_;

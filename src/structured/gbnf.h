@@ -1,7 +1,8 @@
 #pragma once
 // GBNF-style grammar text (llama.cpp's notation, vLLM's `grammar` / guided_grammar): rules
 // `name ::= alternatives`, string literals with escapes, character classes [a-z] [^...], `.`,
-// rule references, groups, * + ? {m} {m,} {m,n}, # comments. The start rule is `root`.
+// rule references, groups, * + ? {m} {m,} {m,n}, # comments, and <[ID]> for the special token
+// of that id (special_token_bytes). The start rule is `root`.
 #include <string_view>
 
 #include "structured/grammar.h"

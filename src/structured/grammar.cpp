@@ -3,6 +3,11 @@
 
 namespace kimi::structured {
 
+std::string special_token_bytes(int32_t id) {
+  const auto u = uint32_t(id);
+  return {char(0xFF), char((u >> 16) & 0xFF), char((u >> 8) & 0xFF), char(u & 0xFF)};
+}
+
 void GrammarBuilder::charge(size_t n) {
   total_ += n;
   if (total_ > kMaxElements) throw GrammarError("the grammar is too large (more than " + std::to_string(kMaxElements) + " elements)");

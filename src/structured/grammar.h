@@ -26,6 +26,12 @@ class GrammarError : public Error {
 inline constexpr size_t kMaxElements = 1 << 20;  // grammar elements, all rules together
 inline constexpr size_t kMaxRules = 1 << 17;
 
+// The bytes that stand for special token `id` in grammars and in the vocabulary trie: 0xFF (never
+// part of UTF-8 text; ordinary tokens holding it are left out of the trie) and the id's three
+// low bytes, so a grammar can require a special token (<|tool_call_begin|>...) and nothing else
+// spells it.
+std::string special_token_bytes(int32_t id);
+
 struct ByteClass {
   std::array<uint64_t, 4> bits{};
   bool has(uint8_t b) const { return (bits[b >> 6] >> (b & 63)) & 1; }

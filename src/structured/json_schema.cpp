@@ -35,21 +35,10 @@ std::string digits_of(int64_t v) { return std::to_string(v); }
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) {
-    ws_ = build_ws();
-  }
+  SchemaCompiler(GrammarBuilder& b, const ojson& root) : root_(root), b_(b) { ws_ = build_ws(); }
 
-  Grammar compile() {
-    const uint32_t root = b_.new_rule("root");
-    b_.add_alt(root, {value(root_, 0)});
-    return b_.build(root);
-  }
-
-  Grammar any_object() {
-    const uint32_t root = b_.new_rule("root");
-    b_.add_alt(root, {ws_, object_any(), ws_});
-    return b_.build(root);
-  }
+  Sym schema() { return value(root_, 0); }
+  Sym any_object_padded() { return b_.seq({ws_, object_any(), ws_}); }
 
  private:
   [[noreturn]] static void unsupported(const std::string& what) {
@@ -559,7 +548,7 @@ class SchemaCompiler {
   }
 
   const ojson& root_;
-  GrammarBuilder b_;
+  GrammarBuilder& b_;
   Sym ws_;
   uint32_t any_value_ = UINT32_MAX, any_object_ = UINT32_MAX, string_char_ = UINT32_MAX, string_any_ = UINT32_MAX;
   std::map<std::string, uint32_t> refs_;
@@ -567,9 +556,16 @@ class SchemaCompiler {
 
 }  // namespace
 
-Grammar compile_json_schema(const nlohmann::ordered_json& schema) { return SchemaCompiler(schema).compile(); }
+Sym add_json_schema(GrammarBuilder& b, const nlohmann::ordered_json& schema) { return SchemaCompiler(b, schema).schema(); }
 
-Grammar compile_json_schema(std::string_view text) {
+Grammar compile_json_schema(const nlohmann::ordered_json& schema) {
+  GrammarBuilder b;
+  const uint32_t root = b.new_rule("root");
+  b.add_alt(root, {add_json_schema(b, schema)});
+  return b.build(root);
+}
+
+nlohmann::ordered_json parse_schema_text(std::string_view text) {
   // The parser nests without bound (and destroys recursively): check the depth first.
   int depth = 0;
   bool in_string = false;
@@ -592,12 +588,17 @@ Grammar compile_json_schema(std::string_view text) {
   } catch (const std::exception& e) {
     throw GrammarError(std::string("the JSON schema is not valid JSON: ") + e.what());
   }
-  return compile_json_schema(schema);
+  return schema;
 }
+
+Grammar compile_json_schema(std::string_view text) { return compile_json_schema(parse_schema_text(text)); }
 
 Grammar json_object_grammar() {
   const ojson empty = ojson::object();
-  return SchemaCompiler(empty).any_object();
+  GrammarBuilder b;
+  const uint32_t root = b.new_rule("root");
+  b.add_alt(root, {SchemaCompiler(b, empty).any_object_padded()});
+  return b.build(root);
 }
 
 }  // namespace kimi::structured

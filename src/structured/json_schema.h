@@ -18,6 +18,10 @@
 namespace kimi::structured {
 
 Grammar compile_json_schema(std::string_view schema_text);
+// The schema's values as a symbol of a grammar being built (tool-call arguments).
+Sym add_json_schema(GrammarBuilder& b, const nlohmann::ordered_json& schema);
+// Parses schema text with a bound on its nesting; GrammarError when it is not JSON.
+nlohmann::ordered_json parse_schema_text(std::string_view text);
 Grammar compile_json_schema(const nlohmann::ordered_json& schema);
 // Any JSON object (response_format json_object).
 Grammar json_object_grammar();

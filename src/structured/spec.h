@@ -14,6 +14,7 @@ enum class SpecKind : uint8_t {
   Regex,       // text: a regular expression the whole output matches
   Choice,      // text: a JSON array of strings, the output is one of them
   Grammar,     // text: a GBNF-style grammar with a `root` rule
+  ToolCalls,   // text: a forced Kimi tool-call section (structured/tool_calls.h)
 };
 
 struct StructuredSpec {

@@ -16,8 +16,11 @@ TokenVocab::TokenVocab(const std::vector<std::string>& bytes, const std::vector<
     : bytes_(bytes), special_(special), vocab_size_(vocab_size) {
   special_.resize(bytes_.size(), true);
   std::vector<int32_t> order;
-  for (size_t id = 0; id < bytes_.size() && int64_t(id) < vocab_size; ++id)
-    if (!special_[id] && !bytes_[id].empty()) order.push_back(int32_t(id));
+  for (size_t id = 0; id < bytes_.size() && int64_t(id) < vocab_size; ++id) {
+    if (special_[id]) bytes_[id] = special_token_bytes(int32_t(id));
+    else if (bytes_[id].find(char(0xFF)) != std::string::npos) continue;
+    if (!bytes_[id].empty()) order.push_back(int32_t(id));
+  }
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
   });
@@ -117,7 +120,7 @@ bool GrammarMatcher::accept_token(int32_t id) {
     finished_ = true;
     return true;
   }
-  if (vocab_->is_special(id) || id >= vocab_->size()) return false;
+  if (id < 0 || id >= vocab_->size() || size_t(id) >= vocab_->token_count()) return false;
   ParseState a = state_, b;
   for (char c : vocab_->bytes(id)) {
     if (!rec_->advance(a, uint8_t(c), b)) return false;

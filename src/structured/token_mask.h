@@ -20,14 +20,18 @@ namespace kimi::structured {
 
 class TokenVocab {
  public:
-  // bytes[id]: the token's bytes; special tokens (never allowed by a grammar) are listed in
-  // `special` (their bytes are ignored). vocab_size may exceed bytes.size() (padded rows).
+  // bytes[id]: the token's bytes; special tokens are listed in `special` and stand in the trie
+  // as special_token_bytes(id) (allowed only where a grammar asks for that token). Ordinary
+  // tokens holding a 0xFF byte (never valid UTF-8) are left out. vocab_size may exceed
+  // bytes.size() (padded rows).
   TokenVocab(const std::vector<std::string>& bytes, const std::vector<bool>& special, int64_t vocab_size);
   static std::shared_ptr<const TokenVocab> from_tokenizer(const Tokenizer& tok, int64_t vocab_size);
 
   int64_t size() const { return vocab_size_; }
   size_t words() const { return size_t((vocab_size_ + 63) / 64); }
+  // What the grammar sees of token id (special_token_bytes for a special token).
   const std::string& bytes(int32_t id) const { return bytes_[size_t(id)]; }
+  size_t token_count() const { return bytes_.size(); }
   bool is_special(int32_t id) const { return id < 0 || size_t(id) >= bytes_.size() || special_[size_t(id)]; }
 
   struct Node {
