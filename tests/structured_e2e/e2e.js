@@ -152,6 +152,59 @@ async function generate(client, schema, name, stream, temperature, seed) {
   } finally {
     server.proc.kill('SIGTERM');
   }
+  // tool_choice required / named with the kimi_k2 tool parser: every response carries valid
+  // calls of the allowed functions, streamed and not.
+  const tserver = await startServer(['--tool-call-parser', 'kimi_k2', '--enable-auto-tool-choice']);
+  const tclient = new OpenAI({ baseURL: tserver.base + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {
+      city: { enum: ['Paris', 'Oslo'] }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'] } } },
+    { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: {
+      id: { type: 'string', format: 'uuid' } }, required: ['id'] } } },
+  ];
+  const validators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
+  try {
+    for (const [choice, label] of [['required', 'required'], [{ type: 'function', function: { name: 'lookup' } }, 'named']])
+      for (const parallel of [true, false])
+        for (const stream of [false, true])
+          await check(`tool_choice ${label} parallel=${parallel} stream=${stream}`, async () => {
+            for (let seed = 0; seed < 3; ++seed) {
+              const req = { model: 'tiny', messages: [{ role: 'user', content: 'weather?' }], tools, tool_choice: choice,
+                parallel_tool_calls: parallel, max_tokens: 300, temperature: 1, seed };
+              let calls = [], finish;
+              if (!stream) {
+                const r = await tclient.chat.completions.create(req);
+                calls = r.choices[0].message.tool_calls || [];
+                finish = r.choices[0].finish_reason;
+              } else {
+                const s = await tclient.chat.completions.create({ ...req, stream: true });
+                for await (const chunk of s) {
+                  const c = chunk.choices[0];
+                  if (!c) continue;
+                  for (const d of (c.delta && c.delta.tool_calls) || []) {
+                    if (!calls[d.index]) calls[d.index] = { id: d.id, function: { name: d.function.name, arguments: '' } };
+                    calls[d.index].function.arguments += d.function.arguments || '';
+                  }
+                  if (c.finish_reason) finish = c.finish_reason;
+                }
+              }
+              assert(finish === 'tool_calls', `finish_reason ${finish}`);
+              assert(calls.length >= 1, 'no tool call');
+              if (!parallel) assert(calls.length === 1, `${calls.length} calls with parallel_tool_calls false`);
+              calls.forEach((c, k) => {
+                const name = c.function.name;
+                assert(label !== 'named' || name === 'lookup', `named choice, got ${name}`);
+                assert(validators[name], `unknown tool ${name}`);
+                assert(c.id === `functions.${name}:${k}`, `id ${c.id}`);
+                const args = JSON.parse(c.function.arguments);
+                assert(validators[name](args), `arguments ${c.function.arguments}: ${ajv.errorsText(validators[name].errors)}`);
+              });
+            }
+          });
+  } finally {
+    tserver.proc.kill('SIGTERM');
+  }
+
   // A reasoning model with thinking off: the constraint applies from the first token.
   const rserver = await startServer(['--reasoning-parser', 'kimi_k2']);
   const rclient = new OpenAI({ baseURL: rserver.base + '/v1', apiKey: 'none', maxRetries: 0, timeout: 120000 });
