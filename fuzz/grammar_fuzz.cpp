@@ -1,9 +1,9 @@
-// The structured-output compilers (JSON Schema, regex, choice, GBNF) on fuzzer text: each must
+// The structured-output compilers (JSON Schema, regex, choice, GBNF, forced tool calls) on fuzzer text: each must
 // give a grammar or a GrammarError, nothing else (no crash, hang, other exception or unbounded
 // memory); a grammar is then run over fuzzer bytes, where the recognizer's state must stay
 // within its bounds and agree with accepts().
 //
-// Input: byte 0 = the spec kind (mod 5), byte 1 = how many bytes of the rest are the spec text
+// Input: byte 0 = the spec kind (mod 6), byte 1 = how many bytes of the rest are the spec text
 // (x 16, 0: all of it); what follows the text is fed to the recognizer.
 #include <cstdint>
 #include <string>
@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kimi::structured;
   kimi::fuzz::Input in(data, size);
   static constexpr SpecKind kinds[] = {SpecKind::JsonSchema, SpecKind::Regex, SpecKind::Choice, SpecKind::Grammar,
-                                       SpecKind::JsonObject};
-  const SpecKind kind = kinds[in.byte() % 5];
+                                       SpecKind::JsonObject, SpecKind::ToolCalls};
+  const SpecKind kind = kinds[in.byte() % 6];
   const size_t len = size_t(in.byte()) * 16;
   const std::string text(len ? in.take(len) : in.rest());
   const std::string feed(in.rest());
