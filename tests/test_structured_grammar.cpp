@@ -183,6 +183,13 @@ TEST(StructuredToolCalls, Section) {
   EXPECT_THROW(compile_tool_calls(R"({"tools":[]})"), GrammarError);
   EXPECT_THROW(compile_tool_calls(R"({"tools":[{"name":"f","parameters":{"multipleOf":2}}],"min_calls":1,"max_calls":1,
     "first_index":0,"tokens":{"section_begin":1,"section_end":2,"call_begin":3,"argument_begin":4,"call_end":5}})"), GrammarError);
+  // allow_text (auto with strict tools): text alone, or text then the section.
+  Recognizer a(compile_tool_calls(R"({"tools":[{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}],
+    "min_calls":1,"max_calls":1,"first_index":0,"allow_text":true,
+    "tokens":{"section_begin":1,"section_end":2,"call_begin":3,"argument_begin":4,"call_end":5}})"));
+  const std::string f0 = tok(3) + "functions.f:0" + tok(4) + R"({"a":1})" + tok(5);
+  expect(a, {"", "hello\nthere", "hi " + tok(1) + f0 + tok(2), tok(1) + f0 + tok(2)},
+         {"x" + tok(1) + tok(3) + "functions.f:0" + tok(4) + R"({"a":"s"})" + tok(5) + tok(2), "x" + tok(7), "x" + tok(1) + f0});
   // GBNF names a special token by id.
   Recognizer g(compile_gbnf("root ::= <[7]> \"x\""));
   expect(g, {tok(7) + "x"}, {"x", tok(8) + "x"});

@@ -700,12 +700,14 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
     for (std::string_view m : kParserMarkers)
       if (auto id = tokenizer_.token_id(m)) r.params.visible_special_ids.push_back(*id);
   }
-  // tool_choice required / named: the output is a tool-call section of the allowed tools.
-  if (tools_active && (r.tool_choice == "required" || r.tool_choice == "named")) {
-    if (r.params.structured.active())
+  // tool_choice required / named: the output is a tool-call section of the allowed tools; tool_choice
+  // auto with strict tools: their arguments follow the schemas (when no other spec is given).
+  if (tools_active) {
+    structured::StructuredSpec calls = forced_tool_calls_spec(r, tokenizer_);
+    if (calls.active() && r.params.structured.active() && r.tool_choice != "auto")
       throw ApiError(400, "tool_choice " + r.tool_choice + " cannot be combined with '" + r.params.structured.param + "'",
                      "tool_choice");
-    r.params.structured = forced_tool_calls_spec(r, tokenizer_);
+    if (calls.active() && !r.params.structured.active()) r.params.structured = std::move(calls);
   }
   // With a reasoning model thinking, the structured output is the answer: it starts after </think>.
   if (r.params.structured.active() && config_.reasoning_parser && thinking_enabled(r.chat_template_kwargs) &&

@@ -10,7 +10,13 @@ constexpr int64_t kMaxParallelCalls = 8;
 }  // namespace
 
 structured::StructuredSpec forced_tool_calls_spec(const ApiRequest& r, const Tokenizer& tokenizer) {
-  if (r.tools.is_null() || (r.tool_choice != "required" && r.tool_choice != "named")) return {};
+  if (r.tools.is_null()) return {};
+  // auto is constrained only when a tool asks for it (strict: true), as vLLM does: text or calls,
+  // the strict tools' arguments following their schemas, the others' any JSON object.
+  bool any_strict = false;
+  for (const auto& t : r.tools) any_strict |= t["function"].contains("strict") && t["function"]["strict"] == true;
+  const bool auto_strict = r.tool_choice == "auto" && any_strict;
+  if (r.tool_choice != "required" && r.tool_choice != "named" && !auto_strict) return {};
   nlohmann::json tokens;
   for (const auto& [key, text] : {std::pair<const char*, const char*>{"section_begin", "<|tool_calls_section_begin|>"},
                                   {"section_end", "<|tool_calls_section_end|>"},
@@ -26,7 +32,8 @@ structured::StructuredSpec forced_tool_calls_spec(const ApiRequest& r, const Tok
     const auto& f = t["function"];
     if (r.tool_choice == "named" && f["name"] != r.tool_choice_name) continue;
     nlohmann::json tool = {{"name", f["name"]}};
-    if (f.contains("parameters")) tool["parameters"] = f["parameters"];
+    const bool constrained = !auto_strict || (f.contains("strict") && f["strict"] == true);
+    if (f.contains("parameters") && constrained) tool["parameters"] = f["parameters"];
     tools.push_back(std::move(tool));
   }
   // Kimi's ids count calls across the conversation (functions.NAME:IDX).
@@ -37,7 +44,8 @@ structured::StructuredSpec forced_tool_calls_spec(const ApiRequest& r, const Tok
                                {"min_calls", 1},
                                {"max_calls", r.parallel_tool_calls ? kMaxParallelCalls : 1},
                                {"first_index", earlier},
-                               {"tokens", tokens}};
+                               {"tokens", tokens},
+                               {"allow_text", auto_strict}};
   return {structured::SpecKind::ToolCalls, spec.dump(), "tool_choice"};
 }
 

@@ -10,7 +10,8 @@ namespace kimi {
 
 class Tokenizer;
 
-// Inactive unless the request has tools and tool_choice required or named. Throws ApiError(400)
+// Inactive unless the request has tools and tool_choice required or named, or auto with a tool
+// marked strict (then text or calls, strict tools' arguments per their schemas). Throws ApiError(400)
 // when the tokenizer lacks the tool-call tokens.
 structured::StructuredSpec forced_tool_calls_spec(const ApiRequest& r, const Tokenizer& tokenizer);
 

@@ -22,7 +22,7 @@ Grammar compile_tool_calls(std::string_view spec_text) {
                          std::to_string(hi) + "]");
     return o[k].get<int64_t>();
   };
-  const int64_t min_calls = integer(spec, "min_calls", 0, kMaxCalls);
+  const int64_t min_calls = integer(spec, "min_calls", 1, kMaxCalls);
   const int64_t max_calls = integer(spec, "max_calls", std::max<int64_t>(min_calls, 1), kMaxCalls);
   const int64_t first = integer(spec, "first_index", 0, 1 << 30);
   const auto& tk = spec["tokens"];
@@ -60,7 +60,17 @@ Grammar compile_tool_calls(std::string_view spec_text) {
     rest = b.alts(std::move(alts), "call");
   }
   const uint32_t root = b.new_rule("root");
-  b.add_alt(root, {section_begin, rest, section_end});
+  if (spec.contains("allow_text") && spec["allow_text"] == true) {
+    // tool_choice auto with strict tools: any text, then optionally the section.
+    ByteClass printable;
+    printable.set_range(0x09, 0x0D);
+    printable.set_range(0x20, 0x7F);
+    const Sym text = b.repeat(b.utf8_char(printable), 0, -1);
+    b.add_alt(root, {text});
+    b.add_alt(root, {text, section_begin, rest, section_end});
+  } else {
+    b.add_alt(root, {section_begin, rest, section_end});
+  }
   return b.build(root);
 }
 

@@ -7,7 +7,8 @@
 //
 // The spec text (SpecKind::ToolCalls) is JSON: {"tools": [{"name", "parameters"}], "min_calls",
 // "max_calls", "first_index", "tokens": {"section_begin", "section_end", "call_begin",
-// "argument_begin", "call_end"} (special token ids)}.
+// "argument_begin", "call_end"} (special token ids), "allow_text"}. allow_text (tool_choice auto
+// with strict tools): any text, optionally followed by the section.
 #include <string_view>
 
 #include "structured/grammar.h"
