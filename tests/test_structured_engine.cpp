@@ -252,7 +252,7 @@ TEST_F(StructuredEngineTest, ForcedToolCallsAreValid) {
       r.parallel_tool_calls = parallel;
       SamplingParams p;
       p.temperature = 1;
-      p.n = 6;
+      p.n = 3;
       p.seed = 3;
       p.max_tokens = 400;
       p.skip_special_tokens = false;
