@@ -42,6 +42,8 @@ std::vector<uint64_t> brute_force(const structured::Recognizer& rec, const struc
   bool any = false;
   for (int32_t id = 0; id < vocab.size(); ++id) {
     if (size_t(id) >= vocab.token_count() || vocab.bytes(id).empty()) continue;
+    // Ordinary tokens holding 0xFF (never UTF-8) could spell part of a special token's key: never allowed.
+    if (!vocab.is_special(id) && vocab.bytes(id).find(char(0xFF)) != std::string::npos) continue;
     structured::ParseState a = state, b;
     bool ok = true;
     for (char c : vocab.bytes(id)) {
@@ -60,7 +62,13 @@ std::vector<uint64_t> brute_force(const structured::Recognizer& rec, const struc
 
 TEST_F(StructuredEngineTest, MasksAgreeWithBruteForce) {
   const auto vocab = structured::TokenVocab::from_tokenizer(*tokenizer_, model_->config().vocab_size);
-  const std::vector<StructuredSpec> specs = {
+  ApiRequest tool_req;
+  tool_req.tools = ojson::parse(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "properties":{"x":{"type":"integer","minimum":0,"maximum":9}},"required":["x"]}}}])");
+  tool_req.messages = ojson::array();
+  tool_req.tool_choice = "required";
+  std::vector<StructuredSpec> specs = {
+      forced_tool_calls_spec(tool_req, *tokenizer_),
       {SpecKind::JsonSchema, kPersonSchema},
       {SpecKind::JsonObject, ""},
       {SpecKind::Regex, "(\\d{1,3}\\.){3}\\d{1,3}|[a-z ]{0,12}!"},
@@ -68,6 +76,9 @@ TEST_F(StructuredEngineTest, MasksAgreeWithBruteForce) {
       {SpecKind::Grammar, "root ::= \"(\" [a-z]+ (\",\" [a-z]+)* \")\""},
       {SpecKind::JsonSchema, R"({"type":"array","items":{"type":"number","minimum":-3,"maximum":7.5},"maxItems":4})"},
   };
+  tool_req.tool_choice = "auto";  // with a strict tool: text or the section
+  tool_req.tools[0]["function"]["strict"] = true;
+  specs.push_back(forced_tool_calls_spec(tool_req, *tokenizer_));
   Rng rng(7);
   int checked = 0;
   for (const StructuredSpec& spec : specs) {
