@@ -115,14 +115,16 @@ int run_throughput(int argc, char** argv) {
 
 }  // namespace
 
-int run_bench_serve(int argc, char** argv);  // cmd_bench_serve.cpp
+int run_bench_serve(int argc, char** argv);       // cmd_bench_serve.cpp
+int run_bench_structured(int argc, char** argv);  // cmd_bench_structured.cpp
 
 int run_bench(int argc, char** argv) {
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "latency") return run_latency(argc, argv);
   if (sub == "throughput") return run_throughput(argc, argv);
   if (sub == "serve") return run_bench_serve(argc, argv);
-  std::fprintf(stderr, "usage: kimi bench latency|throughput|serve [options]   (see --help)\n");
+  if (sub == "structured") return run_bench_structured(argc, argv);
+  std::fprintf(stderr, "usage: kimi bench latency|throughput|serve|structured [options]   (see --help)\n");
   return 1;
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "structured/compile.h"
 
 namespace kimi {
 
@@ -50,10 +51,11 @@ int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
     : model_(model),
       config_(resolve(config, model.config())),
+      vocab_(tokenizer ? structured::TokenVocab::from_tokenizer(*tokenizer, model.config().vocab_size) : nullptr),
       kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, kv_),
       executor_(std::make_unique<InProcessExecutor>(
-          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype})),
+          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype}, vocab_)),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
@@ -77,6 +79,14 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
                 " tokens. However, your request has " + std::to_string(len) +
                 " input tokens. Please reduce the length of the input.");
   params.validate(c.vocab_size);
+  if (const structured::StructuredSpec& spec = params.structured; spec.active()) {
+    if (!vocab_) throw ParamError(spec.param, "structured output needs a tokenizer");
+    try {
+      structured::compile(spec);
+    } catch (const structured::GrammarError& e) {
+      throw ParamError(spec.param, e.what());
+    }
+  }
 }
 
 void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params, int priority) {

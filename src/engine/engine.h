@@ -88,6 +88,7 @@ class Engine {
   Model& model_;
   EngineConfig config_;
   std::vector<int32_t> eos_ids_;
+  std::shared_ptr<const structured::TokenVocab> vocab_;  // null without a tokenizer
   KvCacheManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<Executor> executor_;

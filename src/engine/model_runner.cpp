@@ -1,11 +1,12 @@
 #include "engine/model_runner.h"
 
 #include "common/error.h"
+#include "structured/compile.h"
 
 namespace kimi {
 
-ModelRunner::ModelRunner(Model& model, const KvCacheConfig& kv)
-    : model_(model), storage_(model.config(), kv.num_blocks, kv.block_size, kv.dtype) {
+ModelRunner::ModelRunner(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab)
+    : model_(model), storage_(model.config(), kv.num_blocks, kv.block_size, kv.dtype), vocab_(std::move(vocab)) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
 }
 
@@ -33,6 +34,14 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
     st.prompt = n.prompt_token_ids;
     st.params = n.sampling_params;
     st.sampler = std::make_unique<Sampler>(n.sampling_params, n.seed, eos_ids_);
+    if (const structured::StructuredSpec& spec = n.sampling_params.structured; spec.active()) {
+      if (!vocab_) throw Error("structured output needs the tokenizer's vocabulary");
+      // The grammar ends the text with an end token: eos, <|im_end|>, or a stop token.
+      std::vector<int32_t> ends = eos_ids_;
+      ends.insert(ends.end(), n.sampling_params.stop_token_ids.begin(), n.sampling_params.stop_token_ids.end());
+      st.matcher = std::make_unique<structured::GrammarMatcher>(structured::compile(spec), vocab_, std::move(ends));
+      st.constrained = spec.start_after_token < 0;
+    }
     states_.insert_or_assign(n.request_id, std::move(st));
   }
 
@@ -70,7 +79,13 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
     if (s.sample) {
       const float* last = &fr.logits[size_t((row + rows - 1) * V)];
       std::vector<float> logits(last, last + V);
-      const SampleResult r = st.sampler->sample(logits, st.prompt, st.output);
+      std::span<const uint64_t> allowed;
+      if (st.matcher && st.constrained) allowed = st.matcher->mask();
+      const SampleResult r = st.sampler->sample(logits, st.prompt, st.output, allowed);
+      if (st.matcher) {
+        if (st.constrained) st.matcher->accept_token(r.token);
+        else if (r.token == st.params.structured.start_after_token) st.constrained = true;
+      }
       st.output.push_back(r.token);
       ro.sampled_token_ids.push_back(r.token);
       if (st.params.logprobs) ro.logprobs.push_back(r);

@@ -14,6 +14,7 @@
 #include "engine/scheduler_output.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "structured/token_mask.h"
 
 namespace kimi {
 
@@ -25,7 +26,9 @@ struct KvCacheConfig {
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, const KvCacheConfig& kv);
+  // vocab: the tokens' bytes, for structured-output masks (null: requests with a structured
+  // spec are refused).
+  ModelRunner(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab = nullptr);
 
   ModelRunnerOutput execute(const SchedulerOutput& so);
   KvStorage& kv_storage() { return storage_; }
@@ -36,6 +39,8 @@ class ModelRunner {
     std::vector<int32_t> prompt, output;
     SamplingParams params;
     std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<structured::GrammarMatcher> matcher;  // with a structured spec
+    bool constrained = false;  // the spec applies from now on (a reasoning model: after </think>)
     int64_t prompt_logprobs_done = 1;  // prompt positions whose logprobs went out (a resumed
                                        // preemption recomputes them: not sent twice)
   };
@@ -45,6 +50,7 @@ class ModelRunner {
   Model& model_;
   KvStorage storage_;
   std::vector<int32_t> eos_ids_;
+  std::shared_ptr<const structured::TokenVocab> vocab_;
   std::map<std::string, RequestState> states_;
 };
 

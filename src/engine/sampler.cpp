@@ -132,7 +132,7 @@ Sampler::Sampler(const SamplingParams& p, uint64_t seed, std::vector<int32_t> eo
 }
 
 SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output) {
+                             std::span<const int32_t> output, std::span<const uint64_t> allowed) {
   const size_t vocab = logits.size();
   if (params_.logprobs) raw_.assign(logits.begin(), logits.end());
 
@@ -142,6 +142,13 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
     for (int32_t id : min_tokens_masked_)
       if (in_vocab(id, vocab)) logits[size_t(id)] = kNegInf;
   apply_penalties(logits, prompt, output);
+  if (!allowed.empty())
+    for (size_t w = 0; w * 64 < vocab; ++w) {
+      const uint64_t bits = w < allowed.size() ? allowed[w] : 0;
+      if (bits == ~uint64_t(0)) continue;
+      for (size_t j = 0; j < 64 && w * 64 + j < vocab; ++j)
+        if (!((bits >> j) & 1)) logits[w * 64 + j] = kNegInf;
+    }
 
   SampleResult res{};
   res.token = params_.temperature < kGreedyBelow ? argmax(logits) : draw(logits);

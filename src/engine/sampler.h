@@ -38,8 +38,12 @@ class Sampler {  // one per generated sequence; owns its random stream
 
   // logits: the sequence's row, used as scratch (overwritten; when greedy, it is left holding
   // the processed logits). prompt / output: the sequence's tokens so far, for the penalties and
-  // min_tokens. Allocates nothing once warm, except the logprobs it returns.
-  SampleResult sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
+  // min_tokens. allowed: a structured-output mask (bit id set: token id may be sampled), applied
+  // after the penalties and before temperature / top-k / top-p, so that sampling among the
+  // allowed tokens stays exact; empty: no mask. Allocates nothing once warm, except the logprobs
+  // it returns.
+  SampleResult sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      std::span<const uint64_t> allowed = {});
 
  private:
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);

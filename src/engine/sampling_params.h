@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "structured/spec.h"
 
 namespace kimi {
 
@@ -50,6 +51,9 @@ struct SamplingParams {
   // parser reads (<think>, </think>...), so that it can split on them while other specials stay
   // hidden, as vLLM's parsers do by token id.
   std::vector<int32_t> visible_special_ids;
+  // Structured output (response_format, structured_outputs): the grammar the generated text
+  // must follow, compiled once per request by the model runner.
+  structured::StructuredSpec structured;
 
   // Throws ParamError naming the field for values out of range (ids checked against vocab).
   void validate(int64_t vocab_size) const;

@@ -89,6 +89,76 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
+// A JSON Schema given as an object (or boolean) or as its JSON text.
+std::string schema_text(const ojson& v, const char* param) {
+  if (v.is_object() || v.is_boolean()) return v.dump();
+  if (v.is_string()) return v.get<std::string>();
+  throw ApiError(400, std::string("'") + param + "' must be a JSON schema (an object)", param);
+}
+
+std::string choice_text(const ojson& v, const char* param) {
+  if (!v.is_array() || v.empty()) throw ApiError(400, std::string("'") + param + "' must be a non-empty list of strings", param);
+  for (const auto& c : v)
+    if (!c.is_string()) throw ApiError(400, std::string("'") + param + "' must be a non-empty list of strings", param);
+  return v.dump();
+}
+
+std::string string_field(const ojson& v, const char* param) {
+  if (!v.is_string()) throw ApiError(400, std::string("'") + param + "' must be a string", param);
+  return v.get<std::string>();
+}
+
+// Structured outputs: response_format (OpenAI), structured_outputs and the older guided_* fields
+// (vLLM), at most one of them. The spec is compiled (and an unsupported schema feature refused,
+// naming it) by Engine::validate.
+void parse_structured(const Fields& f, ApiRequest& r) {
+  using structured::SpecKind;
+  structured::StructuredSpec spec;
+  auto set = [&](SpecKind kind, std::string text, const char* param) {
+    if (spec.active())
+      throw ApiError(400, "only one structured output may be given ('" + spec.param + "' and '" + param + "')", param);
+    spec = {kind, std::move(text), param};
+  };
+  if (const ojson* rf = f.find("response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      Fields::bad("response_format", "an object with a 'type'");
+    const std::string t = (*rf)["type"].get<std::string>();
+    if (t == "json_object") {
+      r.json_object = true;
+      set(SpecKind::JsonObject, "", "response_format");
+    } else if (t == "json_schema") {
+      const auto js = rf->find("json_schema");
+      if (js == rf->end() || !js->is_object())
+        throw ApiError(400, "response_format json_schema needs 'json_schema': {name, schema, strict}", "response_format");
+      if (js->contains("name") && !(*js)["name"].is_string()) Fields::bad("response_format", "json_schema.name as a string");
+      if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null())
+        Fields::bad("response_format", "json_schema.strict as a boolean");
+      const auto schema = js->find("schema");
+      if (schema == js->end() || schema->is_null())
+        throw ApiError(400, "response_format json_schema needs 'json_schema.schema'", "response_format");
+      set(SpecKind::JsonSchema, schema_text(*schema, "response_format"), "response_format");
+    } else if (t != "text") {
+      throw ApiError(400, "response_format type '" + t + "' is not supported (text, json_object, json_schema)", "response_format");
+    }
+  }
+  if (const ojson* so = f.find("structured_outputs")) {
+    if (!so->is_object()) Fields::bad("structured_outputs", "an object");
+    const Fields g(*so);
+    if (const ojson* v = g.find("json")) set(SpecKind::JsonSchema, schema_text(*v, "structured_outputs"), "structured_outputs");
+    if (const ojson* v = g.find("regex")) set(SpecKind::Regex, string_field(*v, "structured_outputs"), "structured_outputs");
+    if (const ojson* v = g.find("choice")) set(SpecKind::Choice, choice_text(*v, "structured_outputs"), "structured_outputs");
+    if (const ojson* v = g.find("grammar")) set(SpecKind::Grammar, string_field(*v, "structured_outputs"), "structured_outputs");
+    if (g.boolean("json_object", false)) set(SpecKind::JsonObject, "", "structured_outputs");
+    if (g.has("structural_tag"))
+      throw ApiError(400, "structured_outputs.structural_tag is not supported", "structured_outputs");
+  }
+  if (const ojson* v = f.find("guided_json")) set(SpecKind::JsonSchema, schema_text(*v, "guided_json"), "guided_json");
+  if (const ojson* v = f.find("guided_regex")) set(SpecKind::Regex, string_field(*v, "guided_regex"), "guided_regex");
+  if (const ojson* v = f.find("guided_choice")) set(SpecKind::Choice, choice_text(*v, "guided_choice"), "guided_choice");
+  if (const ojson* v = f.find("guided_grammar")) set(SpecKind::Grammar, string_field(*v, "guided_grammar"), "guided_grammar");
+  r.params.structured = std::move(spec);
+}
+
 void parse_common(const Fields& f, ApiRequest& r) {
   r.model = f.str("model");
   r.stream = f.boolean("stream", false);
@@ -159,6 +229,7 @@ void parse_common(const Fields& f, ApiRequest& r) {
     p.prompt_logprobs = int(f.integer("prompt_logprobs", 0, 0, kMaxLogprobs));
     if (r.stream) throw ApiError(400, "'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
   }
+  parse_structured(f, r);
 }
 
 std::vector<int32_t> token_list(const ojson& v) {
@@ -268,6 +339,7 @@ ApiRequest parse_chat_request(const ojson& body) {
     }
     if (!tools->empty()) r.tools = *tools;
   }
+  r.parallel_tool_calls = f.boolean("parallel_tool_calls", true);
   if (const ojson* tc = f.find("tool_choice")) {
     if (tc->is_string()) {
       r.tool_choice = tc->get<std::string>();
@@ -297,13 +369,6 @@ ApiRequest parse_chat_request(const ojson& body) {
   if (r.continue_final_message && r.add_generation_prompt)
     throw ApiError(400, "'continue_final_message' and 'add_generation_prompt' cannot both be true (set "
                         "add_generation_prompt to false to continue the final message)", "continue_final_message");
-  if (const ojson* rf = f.find("response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      Fields::bad("response_format", "an object with a 'type'");
-    const std::string t = (*rf)["type"].get<std::string>();
-    if (t == "json_object") r.json_object = true;
-    else if (t != "text") throw ApiError(400, "response_format type '" + t + "' is not supported", "response_format");
-  }
   return r;
 }
 

@@ -37,10 +37,11 @@ struct ApiRequest {
   ojson tools;                 // null or list
   std::string tool_choice = "auto";  // auto | none | required | named
   std::string tool_choice_name;      // for a named choice
+  bool parallel_tool_calls = true;   // false: at most one call (enforced with required / named)
   ojson chat_template_kwargs = ojson::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // render the last message open and let the model go on
-  bool json_object = false;    // response_format {"type": "json_object"}
+  bool json_object = false;    // response_format {"type": "json_object"} (also in params.structured)
   bool logprobs_flag = false;  // chat: logprobs is a bool, top_logprobs the count
 };
 

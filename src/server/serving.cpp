@@ -10,6 +10,7 @@
 #include "server/parsers/reasoning_parser.h"
 #include "server/parsers/tool_parser.h"
 #include "server/tool_call_ids.h"
+#include "server/tool_choice.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/utf8.h"
 
@@ -714,6 +715,19 @@ std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
     for (std::string_view m : kParserMarkers)
       if (auto id = tokenizer_.token_id(m)) r.params.visible_special_ids.push_back(*id);
   }
+  // tool_choice required / named: the output is a tool-call section of the allowed tools; tool_choice
+  // auto with strict tools: their arguments follow the schemas (when no other spec is given).
+  if (tools_active) {
+    structured::StructuredSpec calls = forced_tool_calls_spec(r, tokenizer_);
+    if (calls.active() && r.params.structured.active() && r.tool_choice != "auto")
+      throw ApiError(400, "tool_choice " + r.tool_choice + " cannot be combined with '" + r.params.structured.param + "'",
+                     "tool_choice");
+    if (calls.active() && !r.params.structured.active()) r.params.structured = std::move(calls);
+  }
+  // With a reasoning model thinking, the structured output is the answer: it starts after </think>.
+  if (r.params.structured.active() && config_.reasoning_parser && thinking_enabled(r.chat_template_kwargs) &&
+      !r.continue_final_message)
+    if (auto end = tokenizer_.token_id("</think>")) r.params.structured.start_after_token = *end;
   const std::string model = r.model.empty() ? config_.served_model_names[0] : r.model;
   std::string id = r.request_id.empty() ? next_id("chatcmpl") : r.request_id;
   auto job = std::make_unique<ChatJob>(engine_, tokenizer_, std::move(r), std::move(id), model,

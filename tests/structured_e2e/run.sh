@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# ctest entry: installs the pinned npm packages (openai, ajv, ajv-formats) into the build tree
+# (once) and runs the structured-output end-to-end test.
+# Usage: run.sh KIMI_BINARY WORK_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+kimi=$1
+work=$2
+mkdir -p "$work"
+cp "$here/package.json" "$here/e2e.js" "$work/"
+if [ ! -d "$work/node_modules/ajv-formats" ]; then
+  (cd "$work" && npm install --no-audit --no-fund --loglevel=error >/dev/null) || { echo "npm install failed: skipped"; exit 77; }
+fi
+exec node "$work/e2e.js" "$kimi" "$here/../data/structured_schemas.json"
