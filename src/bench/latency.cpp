@@ -157,3 +157,147 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
 }
 
 }  // namespace kimi
+
+namespace kimi {
+
+namespace {
+
+size_t mlp_bytes(const MlpWeights& m) { return m.gate.bytes() + m.up.bytes() + m.down.bytes(); }
+
+size_t attention_weight_bytes(const AttentionWeights& a) {
+  return a.q_a.bytes() + a.q_b.bytes() + a.q_proj.bytes() + a.kv_a.bytes() + a.kv_b.bytes() + a.o.bytes() +
+         4 * (a.q_a_norm.size() + a.kv_a_norm.size());
+}
+
+}  // namespace
+
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o) {
+  check_options(o);
+  const ModelConfig& c = model.config();
+  const std::vector<int32_t> prompt = random_prompt(c, o);
+  PhaseTimes times;
+  EngineConfig config = single_sequence_config(o.input_len + o.output_len + 1, /*enable_prefix_caching=*/false);
+  config.kv_cache_dtype = o.kv_cache_dtype;
+  Engine engine(model, nullptr, config);
+  SamplingParams p;
+  p.temperature = 0;
+  p.ignore_eos = true;
+  p.max_tokens = o.output_len + 1;
+  model.set_phase_times(&times);
+  bool first = true;
+  try {
+    // The first token ends the prefill step: from then on every forward is one decode step.
+    generate_stream(engine, prompt, p, [&](int32_t) {
+      if (first) times.reset(c.num_hidden_layers);
+      first = false;
+      return true;
+    });
+  } catch (...) {
+    model.set_phase_times(nullptr);
+    throw;
+  }
+  model.set_phase_times(nullptr);
+  if (times.steps < 1) throw Error("bench latency --breakdown: no decode step was timed");
+
+  DecodeBreakdown b;
+  b.steps = times.steps;
+  b.step_seconds = times.forward_seconds / double(times.steps);
+  b.mean_context = double(o.input_len) + double(times.steps + 1) / 2.0;
+  b.seconds = times.seconds;
+  for (auto& row : b.seconds)
+    for (double& s : row) s /= double(times.steps);
+  b.other_seconds = b.step_seconds - times.named_total() / double(times.steps);
+
+  // Bytes a one-token step reads in each phase.
+  const ModelWeights& w = model.weights();
+  const double kv_per_layer = double(KvStorage::bytes_per_token(c, o.kv_cache_dtype)) / double(c.num_hidden_layers);
+  b.bytes.assign(size_t(c.num_hidden_layers + 1), {});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[size_t(l)];
+    auto& row = b.bytes[size_t(l)];
+    row[size_t(Phase::Attention)] = double(attention_weight_bytes(L.attn)) + b.mean_context * kv_per_layer;
+    if (L.dense) row[size_t(Phase::DenseMlp)] = double(mlp_bytes(*L.dense));
+    if (L.moe) {
+      row[size_t(Phase::Router)] = double(L.moe->router.bytes() + 4 * L.moe->correction_bias.size());
+      size_t experts = 0;
+      for (const MlpWeights& e : L.moe->experts) experts += mlp_bytes(e);
+      row[size_t(Phase::RoutedExperts)] =
+          double(experts) / double(L.moe->experts.size()) * double(c.num_experts_per_tok);
+      if (L.moe->shared) row[size_t(Phase::SharedExpert)] = double(mlp_bytes(*L.moe->shared));
+    }
+  }
+  b.bytes.back()[size_t(Phase::LmHead)] = double(w.lm_head.bytes() + 4 * w.final_norm.size());
+  return b;
+}
+
+DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown& b, double read_bandwidth,
+                                       int64_t layers, int64_t dense_layers) {
+  DecodeExtrapolation x;
+  const int64_t L = model.config().num_hidden_layers;
+  std::vector<int64_t> dense, moe;
+  for (int64_t l = 0; l < L; ++l) (model.weights().layers[size_t(l)].moe ? moe : dense).push_back(l);
+  if (dense.empty() || moe.empty()) return x;
+  const auto layer_sum = [&](const std::vector<std::array<double, kNumPhases>>& v, const std::vector<int64_t>& ls) {
+    double s = 0;
+    for (int64_t l : ls)
+      for (double t : v[size_t(l)]) s += t;
+    return s / double(ls.size());
+  };
+  const double other_per_layer = b.other_seconds / double(L);
+  x.possible = true;
+  x.seconds_per_token = double(dense_layers) * layer_sum(b.seconds, dense) +
+                        double(layers - dense_layers) * layer_sum(b.seconds, moe) +
+                        layer_sum(b.seconds, {L}) + double(layers) * other_per_layer;
+  x.bytes_per_token = double(dense_layers) * layer_sum(b.bytes, dense) +
+                      double(layers - dense_layers) * layer_sum(b.bytes, moe) + layer_sum(b.bytes, {L});
+  x.tokens_per_s = 1.0 / x.seconds_per_token;
+  if (read_bandwidth > 0) x.roofline_tokens_per_s = read_bandwidth / x.bytes_per_token;
+  return x;
+}
+
+std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b, double read_bandwidth) {
+  const ModelConfig& c = model.config();
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\ndecode breakdown: %lld steps, %.3f ms per step (mean context %.0f rows), read bandwidth %.2f GB/s\n"
+                "%-6s %-15s %10s %10s %9s %9s\n",
+                (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms",
+                "MB", "GB/s", "of bw");
+  out += line;
+  double named = 0;
+  for (size_t l = 0; l < b.seconds.size(); ++l) {
+    for (int p = 0; p < kNumPhases; ++p) {
+      const double s = b.seconds[l][size_t(p)], by = b.bytes[l][size_t(p)];
+      if (s == 0 && by == 0) continue;
+      named += s;
+      const double gbs = s > 0 ? by / s / 1e9 : 0;
+      const std::string layer = l == size_t(c.num_hidden_layers) ? "head" : std::to_string(l);
+      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%%\n", layer.c_str(), phase_name(Phase(p)),
+                    1e3 * s, by / 1e6, gbs, read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0);
+      out += line;
+    }
+  }
+  std::snprintf(line, sizeof line, "%-6s %-15s %10.3f   (norms, residual adds, embedding; %.1f%% of the step)\n", "",
+                "other", 1e3 * b.other_seconds, 100.0 * b.other_seconds / b.step_seconds);
+  out += line;
+  std::snprintf(line, sizeof line, "named phases sum to %.1f%% of the step time\n", 100.0 * named / b.step_seconds);
+  out += line;
+  const DecodeExtrapolation x = extrapolate_decode(model, b, read_bandwidth);
+  if (!x.possible) {
+    out += "(no extrapolation to the real depth: the model needs a dense and an MoE layer)\n";
+    return out;
+  }
+  std::snprintf(line, sizeof line,
+                "extrapolated to Kimi-K2.5's %lld layers (%lld dense + %lld MoE, this model's %lld routed experts, "
+                "top-%lld):\n  %.1f ms and %.1f MB per token = %.2f tokens/s; roofline at %.2f GB/s: %.2f tokens/s; "
+                "%.1f%% of roofline\n",
+                (long long)kKimiK25Layers, (long long)kKimiK25DenseLayers, (long long)(kKimiK25Layers - kKimiK25DenseLayers),
+                (long long)c.n_routed_experts, (long long)c.num_experts_per_tok, 1e3 * x.seconds_per_token,
+                x.bytes_per_token / 1e6, x.tokens_per_s, read_bandwidth / 1e9, x.roofline_tokens_per_s,
+                x.roofline_tokens_per_s > 0 ? 100.0 * x.tokens_per_s / x.roofline_tokens_per_s : 0.0);
+  out += line;
+  return out;
+}
+
+}  // namespace kimi
