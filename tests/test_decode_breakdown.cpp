@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "bench/latency.h"
 #include "model/model.h"
@@ -116,6 +117,35 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   const std::string report = format_decode_breakdown(m, b, 1e10);
   EXPECT_NE(report.find("routed experts"), std::string::npos);
   EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
+}
+
+// Decode steps of several sequences: weights are read once a step, KV rows and (the expected
+// union of) routed experts per sequence, and the extrapolation is per token.
+TEST_F(DecodeBreakdownTest, BatchedSteps) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 8;
+  o.output_len = 6;
+  const DecodeBreakdown one = measure_decode_breakdown(m, o, 1);
+  const DecodeBreakdown four = measure_decode_breakdown(m, o, 4);
+  EXPECT_EQ(four.batch, 4);
+  EXPECT_EQ(four.steps, o.output_len);
+  EXPECT_DOUBLE_EQ(one.mean_context, 8 + 3.5);
+  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
+  const double per_expert = one.bytes[1][size_t(Phase::RoutedExperts)] / k;
+  EXPECT_NEAR(four.bytes[1][size_t(Phase::RoutedExperts)], per_expert * E * (1 - std::pow(1 - k / E, 4)), 1e-6);
+  EXPECT_GT(four.bytes[1][size_t(Phase::Attention)], one.bytes[1][size_t(Phase::Attention)]);  // 4x the KV rows
+  EXPECT_EQ(four.bytes[1][size_t(Phase::SharedExpert)], one.bytes[1][size_t(Phase::SharedExpert)]);
+  const DecodeExtrapolation x = extrapolate_decode(m, four, 1e10, 5, 1);
+  ASSERT_TRUE(x.possible);
+  double step = 0;
+  for (const auto& row : four.seconds)
+    for (double s : row) step += s;
+  step += four.other_seconds;
+  // 5 of this model's 3 layers: the per-step sum rescaled, then per token.
+  EXPECT_NEAR(x.tokens_per_s * x.seconds_per_token, 1.0, 1e-9);
+  EXPECT_GT(x.seconds_per_token, step / 4);  // more layers than measured, per token of 4
+  EXPECT_THROW(measure_decode_breakdown(m, o, 0), Error);
 }
 
 }  // namespace

@@ -185,6 +185,7 @@ TEST(RealShapePresetCli, RejectsBadFlags) {
     EXPECT_FALSE(std::filesystem::exists(d.path() / "m" / "config.json")) << bad;
   }
   EXPECT_NE(run("bench latency --model " + out + " --breakdown --quantization none,int4").status, 0);
+  EXPECT_NE(run("bench latency --model " + out + " --batch 8").status, 0);
 }
 
 // The overrides on a small preset end to end, then bench latency --breakdown on it.
@@ -197,10 +198,10 @@ TEST(RealShapePresetCli, OverridesThenBreakdown) {
   const nlohmann::json c = nlohmann::json::parse(f);
   EXPECT_EQ(c["text_config"]["num_hidden_layers"], 2);
   EXPECT_EQ(c["text_config"]["n_routed_experts"], 8);
-  const CmdResult r = run("bench latency --model " + out + " --input-len 8 --output-len 8 --num-iters 1 --threads 1 --breakdown");
+  const CmdResult r = run("bench latency --model " + out + " --input-len 8 --output-len 8 --num-iters 1 --threads 1 --breakdown --batch 1,4");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* s : {"attention", "router", "routed experts", "shared expert", "dense MLP", "lm_head",
-                        "extrapolated to Kimi-K2.5's 61 layers"})
+                        "extrapolated to Kimi-K2.5's 61 layers", "1 sequences", "4 sequences"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
 }
 

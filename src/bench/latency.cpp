@@ -1,6 +1,7 @@
 #include "bench/latency.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -171,58 +172,71 @@ size_t attention_weight_bytes(const AttentionWeights& a) {
 
 }  // namespace
 
-DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o) {
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, int64_t batch) {
   check_options(o);
+  if (batch < 1) throw Error("bench latency: --batch must be positive");
   const ModelConfig& c = model.config();
-  const std::vector<int32_t> prompt = random_prompt(c, o);
+  // batch sequences, each its own random prompt and cache, prefilled one by one; then output_len
+  // greedy decode steps of one token per sequence in one forward call each, timed by phase.
+  std::vector<KvCache> caches;
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  const auto argmax = [&](const float* row) {
+    return int32_t(std::max_element(row, row + c.vocab_size) - row);
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    LatencyOptions ob = o;
+    ob.seed = o.seed + uint64_t(b);
+    const std::vector<int32_t> prompt = random_prompt(c, ob);
+    caches.emplace_back(c, o.input_len + o.output_len, o.kv_cache_dtype);
+    next[size_t(b)] = argmax(forward_sequence(model, prompt, caches.back()).data());
+  }
   PhaseTimes times;
-  EngineConfig config = single_sequence_config(o.input_len + o.output_len + 1, /*enable_prefix_caching=*/false);
-  config.kv_cache_dtype = o.kv_cache_dtype;
-  Engine engine(model, nullptr, config);
-  SamplingParams p;
-  p.temperature = 0;
-  p.ignore_eos = true;
-  p.max_tokens = o.output_len + 1;
   model.set_phase_times(&times);
-  bool first = true;
   try {
-    // The first token ends the prefill step: from then on every forward is one decode step.
-    generate_stream(engine, prompt, p, [&](int32_t) {
-      if (first) times.reset(c.num_hidden_layers);
-      first = false;
-      return true;
-    });
+    for (int64_t step = 0; step < o.output_len; ++step) {
+      ForwardBatch fb;
+      for (int64_t b = 0; b < batch; ++b)
+        fb.seqs.push_back({.tokens = std::span<const int32_t>(&next[size_t(b)], 1), .kv = caches[size_t(b)].view()});
+      const ForwardResult r = model.forward(fb);
+      for (int64_t b = 0; b < batch; ++b) {
+        caches[size_t(b)].set_length(caches[size_t(b)].length() + 1);
+        next[size_t(b)] = argmax(&r.logits[size_t(b * c.vocab_size)]);
+      }
+    }
   } catch (...) {
     model.set_phase_times(nullptr);
     throw;
   }
   model.set_phase_times(nullptr);
-  if (times.steps < 1) throw Error("bench latency --breakdown: no decode step was timed");
 
   DecodeBreakdown b;
+  b.batch = batch;
   b.steps = times.steps;
   b.step_seconds = times.forward_seconds / double(times.steps);
-  b.mean_context = double(o.input_len) + double(times.steps + 1) / 2.0;
+  b.mean_context = double(o.input_len) + double(times.steps + 1) / 2.0;  // step i reads input_len + 1 + i rows
   b.seconds = times.seconds;
   for (auto& row : b.seconds)
     for (double& s : row) s /= double(times.steps);
   b.other_seconds = b.step_seconds - times.named_total() / double(times.steps);
 
-  // Bytes a one-token step reads in each phase.
+  // Bytes a step of `batch` tokens reads in each phase: weights once, KV rows per sequence; the
+  // routed experts are the union of the tokens' top-k, its expected size if routing were uniform.
   const ModelWeights& w = model.weights();
   const double kv_per_layer = double(KvStorage::bytes_per_token(c, o.kv_cache_dtype)) / double(c.num_hidden_layers);
   b.bytes.assign(size_t(c.num_hidden_layers + 1), {});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerWeights& L = w.layers[size_t(l)];
     auto& row = b.bytes[size_t(l)];
-    row[size_t(Phase::Attention)] = double(attention_weight_bytes(L.attn)) + b.mean_context * kv_per_layer;
+    row[size_t(Phase::Attention)] =
+        double(attention_weight_bytes(L.attn)) + double(batch) * b.mean_context * kv_per_layer;
     if (L.dense) row[size_t(Phase::DenseMlp)] = double(mlp_bytes(*L.dense));
     if (L.moe) {
       row[size_t(Phase::Router)] = double(L.moe->router.bytes() + 4 * L.moe->correction_bias.size());
       size_t experts = 0;
       for (const MlpWeights& e : L.moe->experts) experts += mlp_bytes(e);
-      row[size_t(Phase::RoutedExperts)] =
-          double(experts) / double(L.moe->experts.size()) * double(c.num_experts_per_tok);
+      const double E = double(L.moe->experts.size()), k = double(c.num_experts_per_tok);
+      const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));  // k when batch is 1
+      row[size_t(Phase::RoutedExperts)] = double(experts) / E * distinct;
       if (L.moe->shared) row[size_t(Phase::SharedExpert)] = double(mlp_bytes(*L.moe->shared));
     }
   }
@@ -250,8 +264,11 @@ DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown
                         layer_sum(b.seconds, {L}) + double(layers) * other_per_layer;
   x.bytes_per_token = double(dense_layers) * layer_sum(b.bytes, dense) +
                       double(layers - dense_layers) * layer_sum(b.bytes, moe) + layer_sum(b.bytes, {L});
-  x.tokens_per_s = 1.0 / x.seconds_per_token;
-  if (read_bandwidth > 0) x.roofline_tokens_per_s = read_bandwidth / x.bytes_per_token;
+  // Per step of b.batch tokens so far; per token from here.
+  x.tokens_per_s = double(b.batch) / x.seconds_per_token;
+  if (read_bandwidth > 0) x.roofline_tokens_per_s = double(b.batch) * read_bandwidth / x.bytes_per_token;
+  x.seconds_per_token /= double(b.batch);
+  x.bytes_per_token /= double(b.batch);
   return x;
 }
 
@@ -260,9 +277,10 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "\ndecode breakdown: %lld steps, %.3f ms per step (mean context %.0f rows), read bandwidth %.2f GB/s\n"
+                "\ndecode breakdown: %lld sequences, %lld steps, %.3f ms per step (mean context %.0f rows), read "
+                "bandwidth %.2f GB/s\n"
                 "%-6s %-15s %10s %10s %9s %9s\n",
-                (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms",
+                (long long)b.batch, (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms",
                 "MB", "GB/s", "of bw");
   out += line;
   double named = 0;

@@ -35,9 +35,11 @@ struct LatencyResult {
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
 
-// One more prefill + decode run with the model's phase timer attached (model/phase_times.h), the
-// decode steps' time per layer and phase, with the bytes each phase reads per step.
+// The decode steps of `batch` sequences (each prefilled first, then one token each per forward
+// step, output_len steps, greedy) with the model's phase timer attached (model/phase_times.h):
+// time per step by layer and phase, with the bytes each phase reads per step.
 struct DecodeBreakdown {
+  int64_t batch = 1;            // sequences, i.e. tokens per step
   int64_t steps = 0;            // decode forward steps timed
   double step_seconds = 0;      // mean forward() time of a step
   double mean_context = 0;      // mean KV rows each step's attention reads
@@ -45,13 +47,14 @@ struct DecodeBreakdown {
   std::vector<std::array<double, kNumPhases>> bytes;    // per step, the same rows: weights (+ KV for attention)
   double other_seconds = 0;     // per step: step_seconds minus every named phase (norms, residual, embedding)
 };
-DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options);
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1);
 
 // The real Kimi-K2.5's depth, that a breakdown is extrapolated to.
 inline constexpr int64_t kKimiK25Layers = 61, kKimiK25DenseLayers = 1;
 
 // Whole-model decode extrapolated from a breakdown: the dense layers' times (layer 0's) and the
-// MoE layers' (their mean) times the real model's counts, plus lm_head and the other time per layer.
+// MoE layers' (their mean) times the real model's counts, plus lm_head and the other time per
+// layer; per token (a step's figures divided by its batch).
 struct DecodeExtrapolation {
   bool possible = false;  // needs a dense and an MoE layer in the measured model
   double seconds_per_token = 0, bytes_per_token = 0;
