@@ -14,19 +14,24 @@ namespace {
 
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
-                "kv-cache-dtype"},
-               {"help"});
+                "kv-cache-dtype", "batch"},
+               {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
         "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n"
-        "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n\n"
+        "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
+        "                          [--breakdown [--batch N[,N...]]]\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
         "--quantization values (e.g. none,int4,w4a8) load the model once each and print a table\n"
         "of their figures and ratios over the first, timed alternately in the same run; so do\n"
-        "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token.\n");
+        "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token.\n"
+        "--breakdown (one variant) then times one more run's decode steps per layer and phase\n"
+        "(attention, router, routed experts, shared expert, dense MLP, lm_head) with the bytes each\n"
+        "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
+        "--batch 1,8,32 does so for decode steps of that many sequences at once.\n");
     return 0;
   }
   LatencyOptions o;
@@ -43,6 +48,7 @@ int run_latency(int argc, char** argv) {
   const std::vector<std::string> quantizations = split(a.get("quantization", ""));
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
+  if (a.has("batch") && !a.has("breakdown")) throw Error("bench latency: --batch goes with --breakdown");
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
   if (quantizations.size() <= 1 && kv_dtypes.size() == 1) {
@@ -51,8 +57,16 @@ int run_latency(int argc, char** argv) {
     Model model(a.require("model"), mo);
     const LatencyResult r = run_latency_bench(model, o);
     std::fputs(format_latency_report(model, o, r).c_str(), stdout);
+    if (a.has("breakdown"))
+      for (const std::string& n : split(a.get("batch", "1"))) {
+        const int64_t batch = std::stoll(n);
+        if (batch < 1) throw Error("bench latency: --batch values must be positive");
+        std::fputs(format_decode_breakdown(model, measure_decode_breakdown(model, o, batch), r.read_bandwidth).c_str(),
+                   stdout);
+      }
     return 0;
   }
+  if (a.has("breakdown")) throw Error("bench latency: --breakdown takes one --quantization and one --kv-cache-dtype");
   // Every quantization x every KV dtype; one loading per quantization.
   std::vector<std::unique_ptr<Model>> models;
   std::vector<LatencyVariant> variants;

@@ -8,16 +8,20 @@
 namespace kimi::cli {
 
 int run_make_model(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant"}, {"help"});
+  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant", "num-layers", "num-experts"}, {"help"});
   if (a.has("help") || a.positionals().size() != 1) {
     std::printf(
-        "usage: kimi make-model OUT_DIR [--preset tiny|small] [--seed N] [--dtype bf16|f16|f32]\n"
+        "usage: kimi make-model OUT_DIR [--preset tiny|small|kimi-k2.5] [--seed N] [--dtype bf16|f16|f32]\n"
         "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n"
-        "                       [--quant int4|w4a8|w8a8]\n\n"
+        "                       [--quant int4|w4a8|w8a8] [--num-layers N] [--num-experts E]\n\n"
         "Writes a Hugging Face checkpoint directory of the Kimi-K2.5 architecture and layout with\n"
         "deterministic random weights (same seed, same bytes). --quant stores the same weights\n"
         "quantized: int4 as the official INT4 release (compressed-tensors, routed experts, group 32),\n"
-        "w4a8 / w8a8 in msModelSlim's layout with quant_model_description.json (Ascend).\n");
+        "w4a8 / w8a8 in msModelSlim's layout with quant_model_description.json (Ascend).\n"
+        "kimi-k2.5 has the real model's shapes; --num-layers N keeps the dense first layer and N-1\n"
+        "MoE layers, --num-experts E keeps E routed experts (top-8 routing stays). With --quant int4\n"
+        "its experts get random INT4 codes directly (not the quantization of the bf16 weights).\n"
+        "The dense layer plus one MoE layer: ~15 GB in INT4; BF16 needs --num-experts <= ~64.\n");
     return a.has("help") ? 0 : 1;
   }
   MakeModelOptions o;
@@ -35,6 +39,10 @@ int run_make_model(int argc, char** argv) {
   const int64_t shard = a.get_int("max-shard-size", int64_t(o.max_shard_bytes));
   if (shard <= 0) throw Error("--max-shard-size must be positive");
   o.max_shard_bytes = size_t(shard);
+  if (a.has("num-layers") && a.get_int("num-layers", 0) < 1) throw Error("--num-layers must be at least 1");
+  if (a.has("num-experts") && a.get_int("num-experts", 0) < 1) throw Error("--num-experts must be positive");
+  o.num_layers = a.get_int("num-layers", 0);
+  o.num_experts = a.get_int("num-experts", 0);
   if (a.has("quant")) o.quant = parse_quant_preset(a.get("quant", ""));
 
   const MakeModelResult r = make_model(a.positionals()[0], o);

@@ -1,6 +1,7 @@
 #include "bench/latency.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -154,6 +155,167 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 r.decode_seconds, r.decode_bytes_per_token * r.decode_tokens_per_s / 1e9, r.read_bandwidth / 1e9,
                 100.0 * r.decode_roofline_fraction);
   return buf;
+}
+
+}  // namespace kimi
+
+namespace kimi {
+
+namespace {
+
+size_t mlp_bytes(const MlpWeights& m) { return m.gate.bytes() + m.up.bytes() + m.down.bytes(); }
+
+size_t attention_weight_bytes(const AttentionWeights& a) {
+  return a.q_a.bytes() + a.q_b.bytes() + a.q_proj.bytes() + a.kv_a.bytes() + a.kv_b.bytes() + a.o.bytes() +
+         4 * (a.q_a_norm.size() + a.kv_a_norm.size());
+}
+
+}  // namespace
+
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, int64_t batch) {
+  check_options(o);
+  if (batch < 1) throw Error("bench latency: --batch must be positive");
+  const ModelConfig& c = model.config();
+  // batch sequences, each its own random prompt and cache, prefilled one by one; then output_len
+  // greedy decode steps of one token per sequence in one forward call each, timed by phase.
+  std::vector<KvCache> caches;
+  std::vector<int32_t> next(static_cast<size_t>(batch));
+  const auto argmax = [&](const float* row) {
+    return int32_t(std::max_element(row, row + c.vocab_size) - row);
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    LatencyOptions ob = o;
+    ob.seed = o.seed + uint64_t(b);
+    const std::vector<int32_t> prompt = random_prompt(c, ob);
+    caches.emplace_back(c, o.input_len + o.output_len, o.kv_cache_dtype);
+    next[size_t(b)] = argmax(forward_sequence(model, prompt, caches.back()).data());
+  }
+  PhaseTimes times;
+  model.set_phase_times(&times);
+  try {
+    for (int64_t step = 0; step < o.output_len; ++step) {
+      ForwardBatch fb;
+      for (int64_t b = 0; b < batch; ++b)
+        fb.seqs.push_back({.tokens = std::span<const int32_t>(&next[size_t(b)], 1), .kv = caches[size_t(b)].view()});
+      const ForwardResult r = model.forward(fb);
+      for (int64_t b = 0; b < batch; ++b) {
+        caches[size_t(b)].set_length(caches[size_t(b)].length() + 1);
+        next[size_t(b)] = argmax(&r.logits[size_t(b * c.vocab_size)]);
+      }
+    }
+  } catch (...) {
+    model.set_phase_times(nullptr);
+    throw;
+  }
+  model.set_phase_times(nullptr);
+
+  DecodeBreakdown b;
+  b.batch = batch;
+  b.steps = times.steps;
+  b.step_seconds = times.forward_seconds / double(times.steps);
+  b.mean_context = double(o.input_len) + double(times.steps + 1) / 2.0;  // step i reads input_len + 1 + i rows
+  b.seconds = times.seconds;
+  for (auto& row : b.seconds)
+    for (double& s : row) s /= double(times.steps);
+  b.other_seconds = b.step_seconds - times.named_total() / double(times.steps);
+
+  // Bytes a step of `batch` tokens reads in each phase: weights once, KV rows per sequence; the
+  // routed experts are the union of the tokens' top-k, its expected size if routing were uniform.
+  const ModelWeights& w = model.weights();
+  const double kv_per_layer = double(KvStorage::bytes_per_token(c, o.kv_cache_dtype)) / double(c.num_hidden_layers);
+  b.bytes.assign(size_t(c.num_hidden_layers + 1), {});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerWeights& L = w.layers[size_t(l)];
+    auto& row = b.bytes[size_t(l)];
+    row[size_t(Phase::Attention)] =
+        double(attention_weight_bytes(L.attn)) + double(batch) * b.mean_context * kv_per_layer;
+    if (L.dense) row[size_t(Phase::DenseMlp)] = double(mlp_bytes(*L.dense));
+    if (L.moe) {
+      row[size_t(Phase::Router)] = double(L.moe->router.bytes() + 4 * L.moe->correction_bias.size());
+      size_t experts = 0;
+      for (const MlpWeights& e : L.moe->experts) experts += mlp_bytes(e);
+      const double E = double(L.moe->experts.size()), k = double(c.num_experts_per_tok);
+      const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));  // k when batch is 1
+      row[size_t(Phase::RoutedExperts)] = double(experts) / E * distinct;
+      if (L.moe->shared) row[size_t(Phase::SharedExpert)] = double(mlp_bytes(*L.moe->shared));
+    }
+  }
+  b.bytes.back()[size_t(Phase::LmHead)] = double(w.lm_head.bytes() + 4 * w.final_norm.size());
+  return b;
+}
+
+DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown& b, double read_bandwidth,
+                                       int64_t layers, int64_t dense_layers) {
+  DecodeExtrapolation x;
+  const int64_t L = model.config().num_hidden_layers;
+  std::vector<int64_t> dense, moe;
+  for (int64_t l = 0; l < L; ++l) (model.weights().layers[size_t(l)].moe ? moe : dense).push_back(l);
+  if (dense.empty() || moe.empty()) return x;
+  const auto layer_sum = [&](const std::vector<std::array<double, kNumPhases>>& v, const std::vector<int64_t>& ls) {
+    double s = 0;
+    for (int64_t l : ls)
+      for (double t : v[size_t(l)]) s += t;
+    return s / double(ls.size());
+  };
+  const double other_per_layer = b.other_seconds / double(L);
+  x.possible = true;
+  x.seconds_per_token = double(dense_layers) * layer_sum(b.seconds, dense) +
+                        double(layers - dense_layers) * layer_sum(b.seconds, moe) +
+                        layer_sum(b.seconds, {L}) + double(layers) * other_per_layer;
+  x.bytes_per_token = double(dense_layers) * layer_sum(b.bytes, dense) +
+                      double(layers - dense_layers) * layer_sum(b.bytes, moe) + layer_sum(b.bytes, {L});
+  // Per step of b.batch tokens so far; per token from here.
+  x.tokens_per_s = double(b.batch) / x.seconds_per_token;
+  if (read_bandwidth > 0) x.roofline_tokens_per_s = double(b.batch) * read_bandwidth / x.bytes_per_token;
+  x.seconds_per_token /= double(b.batch);
+  x.bytes_per_token /= double(b.batch);
+  return x;
+}
+
+std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b, double read_bandwidth) {
+  const ModelConfig& c = model.config();
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\ndecode breakdown: %lld sequences, %lld steps, %.3f ms per step (mean context %.0f rows), read "
+                "bandwidth %.2f GB/s\n"
+                "%-6s %-15s %10s %10s %9s %9s\n",
+                (long long)b.batch, (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms",
+                "MB", "GB/s", "of bw");
+  out += line;
+  double named = 0;
+  for (size_t l = 0; l < b.seconds.size(); ++l) {
+    for (int p = 0; p < kNumPhases; ++p) {
+      const double s = b.seconds[l][size_t(p)], by = b.bytes[l][size_t(p)];
+      if (s == 0 && by == 0) continue;
+      named += s;
+      const double gbs = s > 0 ? by / s / 1e9 : 0;
+      const std::string layer = l == size_t(c.num_hidden_layers) ? "head" : std::to_string(l);
+      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%%\n", layer.c_str(), phase_name(Phase(p)),
+                    1e3 * s, by / 1e6, gbs, read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0);
+      out += line;
+    }
+  }
+  std::snprintf(line, sizeof line, "%-6s %-15s %10.3f   (norms, residual adds, embedding; %.1f%% of the step)\n", "",
+                "other", 1e3 * b.other_seconds, 100.0 * b.other_seconds / b.step_seconds);
+  out += line;
+  std::snprintf(line, sizeof line, "named phases sum to %.1f%% of the step time\n", 100.0 * named / b.step_seconds);
+  out += line;
+  const DecodeExtrapolation x = extrapolate_decode(model, b, read_bandwidth);
+  if (!x.possible) {
+    out += "(no extrapolation to the real depth: the model needs a dense and an MoE layer)\n";
+    return out;
+  }
+  std::snprintf(line, sizeof line,
+                "extrapolated to Kimi-K2.5's %lld layers (%lld dense + %lld MoE, this model's %lld routed experts, "
+                "top-%lld):\n  %.1f ms and %.1f MB per token = %.2f tokens/s; roofline at %.2f GB/s: %.2f tokens/s; "
+                "%.1f%% of roofline\n",
+                (long long)kKimiK25Layers, (long long)kKimiK25DenseLayers, (long long)(kKimiK25Layers - kKimiK25DenseLayers),
+                (long long)c.n_routed_experts, (long long)c.num_experts_per_tok, 1e3 * x.seconds_per_token,
+                x.bytes_per_token / 1e6, x.tokens_per_s, read_bandwidth / 1e9, x.roofline_tokens_per_s,
+                x.roofline_tokens_per_s > 0 ? 100.0 * x.tokens_per_s / x.roofline_tokens_per_s : 0.0);
+  out += line;
+  return out;
 }
 
 }  // namespace kimi

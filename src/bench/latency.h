@@ -3,6 +3,7 @@
 // random tokens then output_len greedy decode steps, timed separately. Each figure is also given as a fraction of a limit measured in
 // the same run: decode against memory read bandwidth (bytes of active weights + KV read per
 // token), prefill against the peak of the matmul kernel.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,36 @@ struct LatencyResult {
 };
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
+
+// The decode steps of `batch` sequences (each prefilled first, then one token each per forward
+// step, output_len steps, greedy) with the model's phase timer attached (model/phase_times.h):
+// time per step by layer and phase, with the bytes each phase reads per step.
+struct DecodeBreakdown {
+  int64_t batch = 1;            // sequences, i.e. tokens per step
+  int64_t steps = 0;            // decode forward steps timed
+  double step_seconds = 0;      // mean forward() time of a step
+  double mean_context = 0;      // mean KV rows each step's attention reads
+  std::vector<std::array<double, kNumPhases>> seconds;  // per step: [layer][phase], last row lm_head
+  std::vector<std::array<double, kNumPhases>> bytes;    // per step, the same rows: weights (+ KV for attention)
+  double other_seconds = 0;     // per step: step_seconds minus every named phase (norms, residual, embedding)
+};
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1);
+
+// The real Kimi-K2.5's depth, that a breakdown is extrapolated to.
+inline constexpr int64_t kKimiK25Layers = 61, kKimiK25DenseLayers = 1;
+
+// Whole-model decode extrapolated from a breakdown: the dense layers' times (layer 0's) and the
+// MoE layers' (their mean) times the real model's counts, plus lm_head and the other time per
+// layer; per token (a step's figures divided by its batch).
+struct DecodeExtrapolation {
+  bool possible = false;  // needs a dense and an MoE layer in the measured model
+  double seconds_per_token = 0, bytes_per_token = 0;
+  double tokens_per_s = 0;           // 1 / seconds_per_token
+  double roofline_tokens_per_s = 0;  // read_bandwidth / bytes_per_token
+};
+DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown& b, double read_bandwidth,
+                                       int64_t layers = kKimiK25Layers, int64_t dense_layers = kKimiK25DenseLayers);
+std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b, double read_bandwidth);
 std::string format_latency_report(const Model& model, const LatencyOptions& options, const LatencyResult& r);
 
 // The same bench over several loadings of one checkpoint (e.g. --quantization none,int4,w4a8)

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -19,6 +20,8 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
       pool_(options.num_threads) {}
 
 ForwardResult Model::forward(const ForwardBatch& batch) {
+  const auto start = std::chrono::steady_clock::now();
+  PhaseTimes* const times = phase_times_;
   const ModelConfig& c = config_;
   const int64_t D = c.hidden_size;
   const float eps = float(c.rms_norm_eps);
@@ -76,12 +79,19 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     capture(l, x);
     const LayerWeights& L = weights_.layers[size_t(l)];
     rms_norm_to(x.data(), xn.data(), n, D, L.input_norm.data(), eps);
-    mla_attention(c, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
+    {
+      PhaseScope scope(times, l, Phase::Attention);
+      mla_attention(c, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
 
     rms_norm_to(x.data(), xn.data(), n, D, L.post_attention_norm.data(), eps);
-    if (L.moe) moe_forward(c, *L.moe, xn.data(), n, pool_, y.data());
-    else mlp_forward(*L.dense, xn.data(), n, pool_, y.data());
+    if (L.moe) {
+      moe_forward(c, *L.moe, xn.data(), n, pool_, y.data(), {times, l});
+    } else {
+      PhaseScope scope(times, l, Phase::DenseMlp);
+      mlp_forward(*L.dense, xn.data(), n, pool_, y.data());
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   }
   capture(c.num_hidden_layers, x);
@@ -93,9 +103,16 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     h.insert(h.end(), x.begin() + (end - seqs[i].num_logits) * D, x.begin() + end * D);
   }
   result.logit_rows = int64_t(h.size()) / D;
-  rms_norm(h.data(), result.logit_rows, D, D, weights_.final_norm.data(), eps);
-  result.logits.resize(static_cast<size_t>(result.logit_rows * c.vocab_size));
-  if (result.logit_rows > 0) matmul(pool_, weights_.lm_head, h.data(), result.logit_rows, result.logits.data());
+  {
+    PhaseScope scope(times, c.num_hidden_layers, Phase::LmHead);
+    rms_norm(h.data(), result.logit_rows, D, D, weights_.final_norm.data(), eps);
+    result.logits.resize(static_cast<size_t>(result.logit_rows * c.vocab_size));
+    if (result.logit_rows > 0) matmul(pool_, weights_.lm_head, h.data(), result.logit_rows, result.logits.data());
+  }
+  if (times) {
+    times->forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++times->steps;
+  }
   return result;
 }
 

@@ -13,6 +13,7 @@
 #include "format/model_config.h"
 #include "model/attention.h"
 #include "model/kv_cache.h"
+#include "model/phase_times.h"
 #include "model/rope.h"
 #include "model/weights.h"
 
@@ -62,6 +63,12 @@ class Model {
   ThreadPool& pool() { return pool_; }
   int num_threads() const { return pool_.size(); }
   void set_attention_mode(AttentionMode m) { options_.attention_mode = m; }
+  // Attaches (or, with nullptr, detaches) the accumulators forward() adds its phases' times to;
+  // not owned, reset to this model's layer count here. For benchmarks (bench latency --breakdown).
+  void set_phase_times(PhaseTimes* times) {
+    phase_times_ = times;
+    if (times) times->reset(config_.num_hidden_layers);
+  }
 
   KvCache new_cache(int64_t capacity_tokens) const { return KvCache(config_, capacity_tokens); }
 
@@ -77,6 +84,7 @@ class Model {
   ModelWeights weights_;
   Rope rope_;
   ThreadPool pool_;
+  PhaseTimes* phase_times_ = nullptr;
 };
 
 // Runs tokens through one sequence with its own contiguous cache and appends them to it (offline

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "model/ops.h"
 
@@ -80,11 +81,15 @@ Routing route_tokens(const ModelConfig& c, const float* router_logits, int64_t n
   return r;
 }
 
-void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out) {
+void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out,
+                 MoeTiming timing) {
   const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size;
+  std::optional<PhaseScope> router_scope(std::in_place, timing.times, timing.layer, Phase::Router);
   std::vector<float> logits(static_cast<size_t>(n * E));
   matmul(pool, w.router, x, n, logits.data());
   const Routing r = route_tokens(c, logits.data(), n, w.correction_bias);
+  router_scope.reset();
+  const auto is_shared = [&](const MlpWeights* m) { return w.shared && m == &*w.shared; };
 
   // The work, in the order the outputs are summed: the shared experts (every token, weight 1),
   // then each selected expert with its tokens, grouped so that an expert's weights are read once
@@ -117,13 +122,16 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   std::vector<float> xs, gs, us, ys;
   std::vector<MatmulJob> jobs;
   for (size_t first = 0; first < work.size();) {
+    const bool shared_batch = is_shared(work[first].mlp);
+    PhaseScope scope(timing.times, timing.layer, shared_batch ? Phase::SharedExpert : Phase::RoutedExperts);
     size_t last = first;
     int64_t rows = 0, inter_rows = 0;
     do {
       rows += int64_t(work[last].tokens.size());
       inter_rows += int64_t(work[last].tokens.size()) * work[last].mlp->gate.rows;
       ++last;
-    } while (last < work.size() && rows + int64_t(work[last].tokens.size()) <= kSlotsPerBatch);
+    } while (last < work.size() && rows + int64_t(work[last].tokens.size()) <= kSlotsPerBatch &&
+             !(timing.times && is_shared(work[last].mlp) != shared_batch));
     xs.resize(size_t(rows * D));
     ys.resize(size_t(rows * D));
     gs.resize(size_t(inter_rows));

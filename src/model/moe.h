@@ -7,6 +7,7 @@
 
 #include "common/thread_pool.h"
 #include "format/model_config.h"
+#include "model/phase_times.h"
 #include "model/weights.h"
 
 namespace kimi {
@@ -22,7 +23,16 @@ struct Routing {
 // Routes n tokens given their router logits [n, n_routed_experts].
 Routing route_tokens(const ModelConfig& c, const float* router_logits, int64_t n, const std::vector<float>& bias);
 
+// Where moe_forward adds its router / routed-expert / shared-expert times (model/phase_times.h).
+// With times set, the shared expert runs in a batch of its own so that its time is separable
+// (one more pair of thread dispatches per step than without).
+struct MoeTiming {
+  PhaseTimes* times = nullptr;
+  int64_t layer = 0;
+};
+
 // out[n, hidden] = sum_k weight_k * expert_k(x) + shared(x).
-void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out);
+void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out,
+                 MoeTiming timing = {});
 
 }  // namespace kimi

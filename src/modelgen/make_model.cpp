@@ -1,5 +1,6 @@
 #include "modelgen/make_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -106,13 +107,25 @@ void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
 // A real byte-level BPE vocabulary of vocab_size - 256 ranks trained on text every Debian system
 // has, followed by Kimi's 256-token special block, and the chat template: the model takes text
 // end to end, through the same files and loader as the real Kimi-K2.5.
+// A vocabulary larger than the corpus yields (the real preset's 163584 ranks) gets the trained
+// ranks followed by filler tokens that start with byte 0xFF, which UTF-8 text never contains, so
+// they are never produced: the ids exist (the embedding and lm_head are full size) and text
+// tokenizes as with the trained vocabulary alone.
+constexpr int32_t kMaxTrainedRanks = 6144;
+
 void write_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {
   const int32_t ranks = int32_t(vocab_size - Tokenizer::kNumSpecialTokens);
   const std::filesystem::path corpus[] = {kDefaultTrainingCorpus};
-  std::vector<std::string> tokens = train_bpe_files(corpus, ranks, PreTokenizer());
-  if (int32_t(tokens.size()) != ranks)
+  const int32_t trained = std::min(ranks, kMaxTrainedRanks);
+  std::vector<std::string> tokens = train_bpe_files(corpus, trained, PreTokenizer());
+  if (int32_t(tokens.size()) != trained)
     throw Error("make-model: the training corpus " + std::string(kDefaultTrainingCorpus) + " yields only " +
-                std::to_string(tokens.size()) + " BPE ranks; the preset needs " + std::to_string(ranks));
+                std::to_string(tokens.size()) + " BPE ranks; the preset needs " + std::to_string(trained));
+  for (int32_t i = trained; i < ranks; ++i) {
+    std::string filler(1, '\xff');
+    filler += std::to_string(i);
+    tokens.push_back(std::move(filler));
+  }
   write_tiktoken_file(dir / "tiktoken.model", tokens);
   nlohmann::json tc = kimi_tokenizer_config(ranks);
   const std::string tmpl = kKimiK25ChatTemplate;
@@ -125,17 +138,70 @@ void write_tokenizer(const std::filesystem::path& dir, int64_t vocab_size) {
 
 }  // namespace
 
-MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModelOptions& o) {
+nlohmann::json make_model_text_config(const MakeModelOptions& o) {
+  nlohmann::json text = preset_text_config(o.preset);
+  if (o.num_layers < 0) throw Error("make-model: --num-layers must be at least 1");
+  if (o.num_layers > 0) text["num_hidden_layers"] = o.num_layers;
+  if (o.num_experts < 0) throw Error("make-model: --num-experts must be positive");
+  if (o.num_experts > 0) {
+    const int64_t top_k = text["num_experts_per_tok"].get<int64_t>();
+    const int64_t groups = text["n_group"].get<int64_t>();
+    if (o.num_experts < top_k)
+      throw Error("make-model: --num-experts " + std::to_string(o.num_experts) + " is fewer than the " +
+                  std::to_string(top_k) + " experts each token uses");
+    if (o.num_experts % groups != 0)
+      throw Error("make-model: --num-experts " + std::to_string(o.num_experts) + " is not a multiple of the " +
+                  std::to_string(groups) + " routing groups");
+    // Each routing group must still hold enough experts for the top-k picked from its groups.
+    if (o.num_experts / groups * text["topk_group"].get<int64_t>() < top_k)
+      throw Error("make-model: --num-experts " + std::to_string(o.num_experts) + " leaves too few experts per group");
+    text["n_routed_experts"] = o.num_experts;
+  }
+  return text;
+}
+
+// Random INT4 codes and group scales of the magnitude the float init gives (uniform weights of
+// bound sqrt(3 / fan_in): code k in [-7, 7] times bound / 7), without generating and quantizing
+// float weights: quantizing the real preset's 17 G expert weights per layer takes ten minutes on
+// our machines, this takes seconds. Used only for matrices too large for the exact path.
+void append_direct_int4(const std::string& module, int64_t rows, int64_t cols, int64_t group, uint64_t seed,
+                        std::vector<TensorSpec>& specs) {
+  specs.push_back({module + ".weight_packed", DType::I32, {rows, cols / 8}, [=](std::span<std::byte> out) {
+                     Rng rng(hash_seed(seed, (module + ".weight_packed").c_str()));
+                     for (size_t i = 0; i < out.size(); i += 8) {
+                       // Eight bytes of nibbles; 0 (code -8) is remapped to 8 (code 0) so codes stay symmetric.
+                       uint64_t v = rng.next_u64();
+                       const uint64_t zero = ~(v | (v >> 1) | (v >> 2) | (v >> 3)) & 0x1111111111111111ull;
+                       v |= zero << 3;
+                       std::memcpy(out.data() + i, &v, std::min<size_t>(8, out.size() - i));
+                     }
+                   }});
+  specs.push_back({module + ".weight_scale", DType::BF16, {rows, cols / group}, [=](std::span<std::byte> out) {
+                     const uint16_t s = f32_to_bf16(float(std::sqrt(3.0 / double(cols)) / 7.0));
+                     for (size_t i = 0; i + 1 < out.size(); i += 2) std::memcpy(out.data() + i, &s, 2);
+                   }});
+  specs.push_back({module + ".weight_shape", DType::I32, {2}, [=](std::span<std::byte> out) {
+                     const int32_t shape[2] = {int32_t(rows), int32_t(cols)};
+                     std::memcpy(out.data(), shape, sizeof shape);
+                   }});
+}
+
+// Matrices at least this large in INT4 take the direct path above (the real preset's experts are
+// 14.7 M weights; every smaller preset's are far below).
+constexpr int64_t kDirectInt4MinWeights = int64_t(4) << 20;
+
+MakeModelPlan plan_model(const MakeModelOptions& o) {
   if (o.dtype != DType::BF16 && o.dtype != DType::F16 && o.dtype != DType::F32)
     throw Error("make-model: --dtype must be bf16, f16 or f32");
-  const nlohmann::json text = preset_text_config(o.preset);
-  nlohmann::json config = full_config(text, o.form);
+  MakeModelPlan plan;
+  const nlohmann::json text = make_model_text_config(o);
+  nlohmann::json& config = plan.config;
+  config = full_config(text, o.form);
   const ModelConfig mc = ModelConfig::from_json(config, "preset " + o.preset);
 
-  std::filesystem::create_directories(out_dir);
-  MakeModelResult result;
-  std::vector<TensorSpec> specs;
-  nlohmann::json description = nlohmann::json::object();  // msModelSlim types, for w4a8 / w8a8
+  MakeModelResult& result = plan.result;
+  std::vector<TensorSpec>& specs = plan.specs;
+  nlohmann::json& description = plan.modelslim_description;  // msModelSlim types, for w4a8 / w8a8
   for (TensorLayout& t : text_model_layout(mc)) {
     // Kimi-K2.5 stores the router bias in f32 whatever the weights' dtype.
     const DType dtype = t.published_dtype == DType::F32 ? DType::F32 : o.dtype;
@@ -153,6 +219,14 @@ MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModel
       convert_to_f32(dtype, raw.data(), f.data(), numel);
       return f;
     };
+    const std::string module = t.name.substr(0, t.name.size() - 7);
+    if (linear && o.quant == QuantPreset::Int4 && t.shape[0] * t.shape[1] >= kDirectInt4MinWeights) {
+      const LinearQuant q = linear_quant(o.quant, module);
+      if (q.format != WeightFormat::Dense) {
+        append_direct_int4(module, t.shape[0], t.shape[1], q.group_size, o.seed, specs);
+        continue;
+      }
+    }
     if (linear && o.quant != QuantPreset::None &&
         append_quantized_linear(o.quant, t.name.substr(0, t.name.size() - 7), t.shape[0], t.shape[1], source, specs,
                                 description))
@@ -176,16 +250,24 @@ MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModel
   } else if (o.quant != QuantPreset::None) {
     description["model_quant_type"] = o.quant == QuantPreset::W4A8 ? "W4A8_DYNAMIC" : "W8A8_DYNAMIC";
     description["version"] = "1.0.0";
-    write_json(out_dir / ModelSlimDescription::kFileName, description);
   }
-  write_json(out_dir / "config.json", config);
+  return plan;
+}
+
+MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModelOptions& o) {
+  const MakeModelPlan plan = plan_model(o);
+  const nlohmann::json& text = plan.config.contains("text_config") ? plan.config["text_config"] : plan.config;
+  std::filesystem::create_directories(out_dir);
+  if (o.quant != QuantPreset::None && o.quant != QuantPreset::Int4)
+    write_json(out_dir / ModelSlimDescription::kFileName, plan.modelslim_description);
+  write_json(out_dir / "config.json", plan.config);
   write_json(out_dir / "generation_config.json",
              // Kimi ends chat turns with <|im_end|> (the special block's third id).
              {{"bos_token_id", text["bos_token_id"]}, {"eos_token_id", text["vocab_size"].get<int64_t>() - 254},
               {"max_length", text["max_position_embeddings"]}});
-  write_sharded_checkpoint(out_dir, specs, o.max_shard_bytes);
-  write_tokenizer(out_dir, mc.vocab_size);
-  return result;
+  write_sharded_checkpoint(out_dir, plan.specs, o.max_shard_bytes);
+  write_tokenizer(out_dir, text["vocab_size"].get<int64_t>());
+  return plan.result;
 }
 
 }  // namespace kimi

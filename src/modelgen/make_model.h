@@ -4,7 +4,11 @@
 // filled with deterministic random weights.
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "format/safetensors.h"
 
 #include "common/dtype.h"
 #include "model/quant_plan.h"
@@ -25,7 +29,17 @@ struct MakeModelOptions {
   // None: float weights. Int4: the official INT4 release's compressed-tensors layout (routed
   // experts). W4A8 / W8A8: msModelSlim files with quant_model_description.json.
   QuantPreset quant = QuantPreset::None;
+  // Overrides of the preset's sizes (0: the preset's): the number of decoder layers (the first
+  // first_k_dense_replace of them dense, the rest MoE) and of routed experts per MoE layer (at
+  // least num_experts_per_tok, which stays the preset's). They let the kimi-k2.5 preset's real
+  // shapes fit in memory: 2 layers in the release's INT4 layout are ~15 GB.
+  int64_t num_layers = 0;
+  int64_t num_experts = 0;
 };
+
+// The preset's text_config with the options' size overrides applied; throws kimi::Error for an
+// override out of range. What make_model writes, without writing anything.
+nlohmann::json make_model_text_config(const MakeModelOptions& options);
 
 struct MakeModelResult {
   int64_t num_tensors = 0;
@@ -33,6 +47,17 @@ struct MakeModelResult {
   size_t bytes = 0;
 };
 
+// Everything make_model writes except the tokenizer, before any weight is generated: the tensors'
+// fill functions run only when written, so a plan of the real shapes costs nothing.
+struct MakeModelPlan {
+  nlohmann::json config;                 // config.json
+  nlohmann::json modelslim_description = nlohmann::json::object();  // quant_model_description.json (w4a8 / w8a8)
+  std::vector<TensorSpec> specs;         // in the order written
+  MakeModelResult result;
+};
+MakeModelPlan plan_model(const MakeModelOptions& options);
+
+// Writes the plan's files, its tensors streamed one at a time (memory: the largest tensor).
 MakeModelResult make_model(const std::filesystem::path& out_dir, const MakeModelOptions& options);
 
 }  // namespace kimi

@@ -17,9 +17,12 @@ struct Sizes {
 //       selection path is exercised (Kimi itself uses one group).
 // small: a few hundred million parameters for benchmarks, one routing group like Kimi-K2.5; its
 //        vocabulary (6144 BPE ranks) is what the always-present training corpus yields.
+// kimi-k2.5: the real model's sizes (61 layers, 384 experts); make-model's --num-layers and
+//        --num-experts cut it down to what fits on disk and in memory.
 constexpr Sizes kPresets[] = {
     {"tiny", 1280, 64, 160, 32, 3, 4, 48, 32, 16, 8, 16, 16, 4, 1, 4, 2},
     {"small", 6400, 1024, 2816, 512, 8, 8, 384, 256, 64, 32, 64, 32, 4, 1, 1, 1},
+    {"kimi-k2.5", 163840, 7168, 18432, 2048, 61, 64, 1536, 512, 128, 64, 128, 384, 8, 1, 1, 1},
 };
 
 }  // namespace

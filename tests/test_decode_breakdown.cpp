@@ -1,0 +1,152 @@
+// The per-phase decode timer (model/phase_times.h) and bench latency's breakdown on the tiny
+// model: every phase is timed where it runs, the named phases cover the step, attaching the timer
+// does not change the logits, and the extrapolation to 61 layers adds up.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "bench/latency.h"
+#include "model/model.h"
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+class DecodeBreakdownTest : public test::TinyModelTest {};
+
+double at(const PhaseTimes& t, int64_t row, Phase p) { return t.seconds[size_t(row)][size_t(p)]; }
+
+// Decode steps after a prompt, with the timer attached: the named phases must cover nearly all of
+// the forward time, which itself must be the time measured around the calls.
+TEST_F(DecodeBreakdownTest, PhasesSumToTheStepTime) {
+  Model& m = *model_;
+  const int64_t L = m.config().num_hidden_layers;
+  const std::vector<int32_t> prompt = {5, 77, 300, 12, 901, 44, 7, 1000};
+  constexpr int kSteps = 40;
+  KvCache cache = m.new_cache(int64_t(prompt.size()) + kSteps);
+  forward_sequence(m, prompt, cache);
+  PhaseTimes times;
+  m.set_phase_times(&times);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSteps; ++i) {
+    const int32_t tok = int32_t(100 + i);
+    forward_sequence(m, std::span<const int32_t>(&tok, 1), cache);
+  }
+  const double outside = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.set_phase_times(nullptr);
+
+  EXPECT_EQ(times.steps, kSteps);
+  ASSERT_EQ(times.seconds.size(), size_t(L + 1));
+  // Each phase where it belongs: layer 0 dense, the others MoE, the lm_head in the last row.
+  EXPECT_GT(at(times, 0, Phase::Attention), 0);
+  EXPECT_GT(at(times, 0, Phase::DenseMlp), 0);
+  EXPECT_EQ(at(times, 0, Phase::Router), 0);
+  EXPECT_EQ(at(times, 0, Phase::RoutedExperts), 0);
+  for (int64_t l = 1; l < L; ++l) {
+    EXPECT_GT(at(times, l, Phase::Attention), 0) << l;
+    EXPECT_GT(at(times, l, Phase::Router), 0) << l;
+    EXPECT_GT(at(times, l, Phase::RoutedExperts), 0) << l;
+    EXPECT_GT(at(times, l, Phase::SharedExpert), 0) << l;
+    EXPECT_EQ(at(times, l, Phase::DenseMlp), 0) << l;
+  }
+  EXPECT_GT(at(times, L, Phase::LmHead), 0);
+  EXPECT_EQ(at(times, L, Phase::Attention), 0);
+
+  EXPECT_LE(times.forward_seconds, outside);
+  EXPECT_GT(times.forward_seconds, 0.9 * outside);  // forward_sequence adds only a length update
+  const double named = times.named_total();
+  EXPECT_LE(named, times.forward_seconds);
+  // The unnamed rest (embedding row, norms, residual adds of a 64-wide model) is a few percent.
+  EXPECT_GT(named, 0.9 * times.forward_seconds) << "named " << named << " of " << times.forward_seconds;
+}
+
+// The timer only observes: the shared expert in a batch of its own sums in another order, so the
+// logits may differ by float rounding, no more.
+TEST_F(DecodeBreakdownTest, TimingDoesNotChangeTheLogits) {
+  Model& m = *model_;
+  const std::vector<int32_t> prompt = {5, 77, 300, 12, 901, 44, 7, 1000};
+  KvCache a = m.new_cache(8), b = m.new_cache(8);
+  const std::vector<float> plain = forward_sequence(m, prompt, a, true);
+  PhaseTimes times;
+  m.set_phase_times(&times);
+  const std::vector<float> timed = forward_sequence(m, prompt, b, true);
+  m.set_phase_times(nullptr);
+  ASSERT_EQ(plain.size(), timed.size());
+  for (size_t i = 0; i < plain.size(); ++i) ASSERT_NEAR(plain[i], timed[i], 1e-4f * (1 + std::abs(plain[i]))) << i;
+  EXPECT_EQ(times.steps, 1);
+}
+
+TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 16;
+  o.output_len = 12;
+  o.measure_limits = false;
+  const DecodeBreakdown b = measure_decode_breakdown(m, o);
+  EXPECT_EQ(b.steps, o.output_len);  // the prefill step is not counted
+  const int64_t L = m.config().num_hidden_layers;
+  ASSERT_EQ(b.seconds.size(), size_t(L + 1));
+  ASSERT_EQ(b.bytes.size(), size_t(L + 1));
+  double named = 0;
+  for (const auto& row : b.seconds)
+    for (double s : row) named += s;
+  EXPECT_NEAR(named + b.other_seconds, b.step_seconds, 1e-9);
+  EXPECT_GT(named, 0.9 * b.step_seconds);
+  // Bytes: top-k of the layer's experts, the full router, the lm_head.
+  const MoeWeights& moe = *m.weights().layers[1].moe;
+  const size_t expert = moe.experts[0].gate.bytes() + moe.experts[0].up.bytes() + moe.experts[0].down.bytes();
+  EXPECT_DOUBLE_EQ(b.bytes[1][size_t(Phase::RoutedExperts)], double(expert) * double(m.config().num_experts_per_tok));
+  EXPECT_GT(b.bytes[1][size_t(Phase::Router)], double(moe.router.bytes()) - 1);
+  EXPECT_GT(b.bytes[size_t(L)][size_t(Phase::LmHead)], double(m.weights().lm_head.bytes()) - 1);
+  EXPECT_GT(b.bytes[0][size_t(Phase::DenseMlp)], 0);
+
+  // The extrapolation to (here) 5 layers, 1 dense: layer 0 once, the MoE layers' mean 4 times.
+  const DecodeExtrapolation x = extrapolate_decode(m, b, 1e10, 5, 1);
+  ASSERT_TRUE(x.possible);
+  double dense = 0, moe_sum = 0;
+  for (double s : b.seconds[0]) dense += s;
+  for (int64_t l = 1; l < L; ++l)
+    for (double s : b.seconds[size_t(l)]) moe_sum += s;
+  double head = 0;
+  for (double s : b.seconds[size_t(L)]) head += s;
+  const double expect = dense + 4 * moe_sum / double(L - 1) + head + 5 * b.other_seconds / double(L);
+  EXPECT_NEAR(x.seconds_per_token, expect, 1e-12);
+  EXPECT_NEAR(x.tokens_per_s, 1 / expect, 1e-6 / expect);
+  EXPECT_NEAR(x.roofline_tokens_per_s, 1e10 / x.bytes_per_token, 1e-6);
+  const std::string report = format_decode_breakdown(m, b, 1e10);
+  EXPECT_NE(report.find("routed experts"), std::string::npos);
+  EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
+}
+
+// Decode steps of several sequences: weights are read once a step, KV rows and (the expected
+// union of) routed experts per sequence, and the extrapolation is per token.
+TEST_F(DecodeBreakdownTest, BatchedSteps) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 8;
+  o.output_len = 6;
+  const DecodeBreakdown one = measure_decode_breakdown(m, o, 1);
+  const DecodeBreakdown four = measure_decode_breakdown(m, o, 4);
+  EXPECT_EQ(four.batch, 4);
+  EXPECT_EQ(four.steps, o.output_len);
+  EXPECT_DOUBLE_EQ(one.mean_context, 8 + 3.5);
+  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
+  const double per_expert = one.bytes[1][size_t(Phase::RoutedExperts)] / k;
+  EXPECT_NEAR(four.bytes[1][size_t(Phase::RoutedExperts)], per_expert * E * (1 - std::pow(1 - k / E, 4)), 1e-6);
+  EXPECT_GT(four.bytes[1][size_t(Phase::Attention)], one.bytes[1][size_t(Phase::Attention)]);  // 4x the KV rows
+  EXPECT_EQ(four.bytes[1][size_t(Phase::SharedExpert)], one.bytes[1][size_t(Phase::SharedExpert)]);
+  const DecodeExtrapolation x = extrapolate_decode(m, four, 1e10, 5, 1);
+  ASSERT_TRUE(x.possible);
+  double step = 0;
+  for (const auto& row : four.seconds)
+    for (double s : row) step += s;
+  step += four.other_seconds;
+  // 5 of this model's 3 layers: the per-step sum rescaled, then per token.
+  EXPECT_NEAR(x.tokens_per_s * x.seconds_per_token, 1.0, 1e-9);
+  EXPECT_GT(x.seconds_per_token, step / 4);  // more layers than measured, per token of 4
+  EXPECT_THROW(measure_decode_breakdown(m, o, 0), Error);
+}
+
+}  // namespace
+}  // namespace kimi
