@@ -398,6 +398,29 @@ def lr_at(step, args):
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
+def load_hf(model_dir):
+    tensors = ref.SafetensorsDir(model_dir)
+    c, prefix = ref.load_model_config(model_dir, tensors)
+    model = Mini(c)
+    model.load_state_dict({n[len(prefix):]: tensors.get(n, torch.float32) for n in tensors.names()})
+    model.eval()
+    return model, c
+
+
+def eval_file(args):
+    import subprocess
+    model, c = load_hf(args.out)
+    ids = subprocess.run([args.kimi, "tokenize", "--model", args.out, "--file", args.eval_file, "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    held = np.array(json.loads(ids), dtype=np.int32)
+    train = np.load(os.path.join(args.data, "train.ids.npy"))
+    nll, cnt = heldout_nll(model, held, args.seq, 10 ** 12)
+    uni, ucnt = unigram_nll(train, held, c["vocab_size"], args.seq, 10 ** 12)
+    r = {"file": args.eval_file, "tokens_predicted": cnt, "window": args.seq, "nll": nll, "ppl": math.exp(nll),
+         "unigram_nll": uni, "unigram_ppl": math.exp(uni)}
+    print("eval-file: " + json.dumps(r), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="build/mini_data")
@@ -419,6 +442,10 @@ def main():
     ap.add_argument("--save-every", type=int, default=50)
     ap.add_argument("--time-budget", type=float, default=0,
                     help="stop (and save) once this many seconds are trained, even before --steps")
+    ap.add_argument("--eval-file", default=None,
+                    help="no training: perplexity of the --out checkpoint on this text file (tokenized by "
+                         "`kimi tokenize`, windows of --seq) beside the unigram baseline")
+    ap.add_argument("--kimi", default="build/kimi")
     ap.add_argument("--bench", type=int, default=0, help="time N steps and exit (sizing)")
     # sizes
     ap.add_argument("--hidden", type=int, default=192)
@@ -437,6 +464,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    if args.eval_file:
+        return eval_file(args)
     with open(os.path.join(args.data, "meta.json")) as f:
         meta = json.load(f)
     train = np.load(os.path.join(args.data, "train.ids.npy"))
