@@ -3,7 +3,9 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev
           clang libclang-rt-14-dev  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
-          ccache)                   # optional for the build, but reruns then rebuild only what changed
+          ccache                    # optional for the build, but reruns then rebuild only what changed
+          python3-torch python3-numpy libopenblas0-openmp  # reference/: golden logits, mini training (OpenBLAS: Debian torch otherwise uses the ~10x slower reference BLAS)
+          python3.11-doc debian-handbook fortunes manpages)  # reference/mini_data.py: the mini corpus
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
