@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on a fresh Debian 12 machine: install, build, and serve the committed `mini` model with the OpenAI-compatible API on port 8000 (KIMI_PORT). Extra arguments go to
+# The main job on a fresh Debian 12 machine: install, build, and serve the committed `mini` model
+# with the OpenAI-compatible API on port 8000 (KIMI_PORT). Extra arguments go to
 # `kimi serve` (e.g. --api-key KEY). Stop it with Ctrl-C: in-flight requests finish first.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
