@@ -1,6 +1,7 @@
 #include "server/tool_choice.h"
 
 #include "server/api_error.h"
+#include "server/tool_call_ids.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kimi {
@@ -36,10 +37,8 @@ structured::StructuredSpec forced_tool_calls_spec(const ApiRequest& r, const Tok
     if (f.contains("parameters") && constrained) tool["parameters"] = f["parameters"];
     tools.push_back(std::move(tool));
   }
-  // Kimi's ids count calls across the conversation (functions.NAME:IDX).
-  int64_t earlier = 0;
-  for (const auto& m : r.messages)
-    if (m.is_object() && m.contains("tool_calls") && m["tool_calls"].is_array()) earlier += int64_t(m["tool_calls"].size());
+  // Kimi's ids count calls across the conversation (functions.NAME:IDX), as the answer's ids do.
+  const int64_t earlier = count_history_tool_calls(r.messages);
   const nlohmann::json spec = {{"tools", tools},
                                {"min_calls", 1},
                                {"max_calls", r.parallel_tool_calls ? kMaxParallelCalls : 1},
