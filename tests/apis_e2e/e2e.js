@@ -40,6 +40,27 @@ async function expectStatus(promise, status) {
 const weatherTool = { type: 'function', name: 'get_weather', description: 'Current weather',
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
 
+// Tools whose arguments the random model can finish within a few tokens (enums), for the forced
+// tool_choice checks: every forced call must name an allowed tool and carry valid arguments.
+const cities = ['NYC', 'Paris', 'Tokyo'];
+const cityTool = { type: 'function', name: 'get_city', description: 'A city by country',
+  parameters: { type: 'object', properties: { country: { enum: ['US', 'FR'] } }, required: ['country'], additionalProperties: false } };
+const weatherEnumTool = { type: 'function', name: 'get_weather', description: 'Current weather',
+  parameters: { type: 'object', properties: { city: { enum: cities } }, required: ['city'], additionalProperties: false } };
+const anthropicCityTool = { name: 'get_city', description: 'A city by country', input_schema: cityTool.parameters };
+const anthropicWeatherEnumTool = { name: 'get_weather', description: 'Current weather',
+  input_schema: weatherEnumTool.parameters };
+function checkForcedArguments(name, args) {
+  if (name === 'get_city') {
+    eq(Object.keys(args), ['country'], 'get_city arguments');
+    assert(['US', 'FR'].includes(args.country), 'country ' + JSON.stringify(args));
+  } else {
+    eq(name, 'get_weather', 'an allowed tool');
+    eq(Object.keys(args), ['city'], 'get_weather arguments');
+    assert(cities.includes(args.city), 'city ' + JSON.stringify(args));
+  }
+}
+
 function checkUsage(u, maxOut) {
   assert(Number.isInteger(u.input_tokens) && u.input_tokens > 0, 'input_tokens ' + JSON.stringify(u));
   assert(Number.isInteger(u.output_tokens) && u.output_tokens > 0 && u.output_tokens <= maxOut, 'output_tokens ' + JSON.stringify(u));
@@ -144,6 +165,18 @@ async function responses(client) {
     eq(final.output.map((i) => i.type), events[events.length - 1].response.output.map((i) => i.type), 'accumulated items');
   });
 
+  for (const [label, choice] of [['required', 'required'], ['named', { type: 'function', name: 'get_city' }]]) {
+    await check(`responses.create: tool_choice ${label} -> one valid call of the allowed tool`, async () => {
+      const r = await client.responses.create({ model: 'tiny', input: 'Weather?', max_output_tokens: 128, temperature: 1,
+        tools: [weatherEnumTool, cityTool], tool_choice: choice, parallel_tool_calls: false, reasoning: { effort: 'none' } });
+      checkResponse(r, 128);
+      eq(r.status, 'completed', 'status');
+      const calls = r.output.filter((i) => i.type === 'function_call');
+      eq(calls.length, 1, 'function_call items');
+      if (label === 'named') eq(calls[0].name, 'get_city', 'the named tool');
+      checkForcedArguments(calls[0].name, JSON.parse(calls[0].arguments));
+    });
+  }
   await check('responses: unsupported input is a 400', async () => {
     await expectStatus(client.responses.create({ model: 'tiny', input: 'x', tools: [{ type: 'web_search' }] }), 400);
     const e = await expectStatus(client.responses.create({ model: 'tiny', input: [{ role: 'user', content: [
@@ -198,6 +231,19 @@ async function messages(client) {
     eq(m.content[0].type, 'thinking', 'first block');
   });
 
+  for (const [label, choice] of [['any', { type: 'any', disable_parallel_tool_use: true }],
+    ['tool', { type: 'tool', name: 'get_city', disable_parallel_tool_use: true }]]) {
+    await check(`messages.create: tool_choice ${label} -> one valid tool_use of the allowed tool`, async () => {
+      const m = await client.messages.create({ model: 'tiny', max_tokens: 128, temperature: 1, tool_choice: choice,
+        tools: [anthropicWeatherEnumTool, anthropicCityTool], messages: [{ role: 'user', content: 'Weather?' }] });
+      checkMessage(m, 128);
+      eq(m.stop_reason, 'tool_use', 'stop_reason');
+      const uses = m.content.filter((b) => b.type === 'tool_use');
+      eq(uses.length, 1, 'tool_use blocks');
+      if (label === 'tool') eq(uses[0].name, 'get_city', 'the named tool');
+      checkForcedArguments(uses[0].name, uses[0].input);
+    });
+  }
   await check('messages.stream: event order, indexes and the accumulated message', async () => {
     const stream = client.messages.stream({ model: 'tiny', max_tokens: 6, tools: anthropicTools, messages: toolHistory,
       thinking: { type: 'enabled', budget_tokens: 1024 } });
