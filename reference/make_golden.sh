@@ -17,3 +17,10 @@ trap 'rm -rf "$model"' EXIT
   --prompt-ids 5,900,31,7 \
   --prompt-ids 1024,1027,88,88,88,1189,12,1279,640,3,3,255
 echo "golden logits written to $out"
+
+# The trained models/mini on two sentences of English (ids from `kimi tokenize --model models/mini`).
+mini_out=$here/../tests/data/golden/mini
+/usr/bin/python3 "$here/deepseek_v3_reference.py" --model "$here/../models/mini" --out "$mini_out" \
+  --prompt-ids 425,666,2377,811,115,1138,466,266,686,2039,44,310,266,846,1415,2295,2209,1008,291,3733,343,46 \
+  --prompt-ids 3599,1263,45,841,291,811,258,666,46,412,613,1940,1558,283,1446,331,103,278,44,595,714,343,378,434,2118,392,372,266,1558,863,46
+echo "golden logits written to $mini_out"

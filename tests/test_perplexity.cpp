@@ -289,10 +289,8 @@ constexpr double kInt4PerplexityMargin = 0.05;
 // models/mini of the repository, or KIMI_MINI_MODEL; skipped when absent. The text is committed
 // here and was written for this test, so no training split can contain it.
 TEST(PerplexityMini, Int4StaysWithinTheMarginOfFloat) {
-  const char* env = std::getenv("KIMI_MINI_MODEL");
-  const std::filesystem::path dir =
-      env && *env ? std::filesystem::path(env) : std::filesystem::path(KIMI_TEST_DATA_DIR) / ".." / ".." / "models" / "mini";
-  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "no trained model at " << dir;
+  const std::filesystem::path dir = test::mini_model_dir();
+  if (dir.empty()) GTEST_SKIP() << "no trained model (models/mini or KIMI_MINI_MODEL)";
   std::ifstream f(std::filesystem::path(KIMI_TEST_DATA_DIR) / "perplexity" / "heldout.txt", std::ios::binary);
   ASSERT_TRUE(f) << "tests/data/perplexity/heldout.txt is missing";
   std::ostringstream text;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -63,6 +64,15 @@ class TinyModelTest : public ::testing::Test {
   static inline std::unique_ptr<Model> model_;
   static inline std::unique_ptr<Tokenizer> tokenizer_;
 };
+
+// The committed trained model (models/mini), or KIMI_MINI_MODEL when set; empty when absent, so
+// a test skips rather than fails on a checkout without it.
+inline std::filesystem::path mini_model_dir() {
+  const char* env = std::getenv("KIMI_MINI_MODEL");
+  const std::filesystem::path dir = env && *env ? std::filesystem::path(env)
+                                                : std::filesystem::path(KIMI_TEST_DATA_DIR) / ".." / ".." / "models" / "mini";
+  return std::filesystem::exists(dir / "config.json") ? dir : std::filesystem::path();
+}
 
 // Runs f on a thread with a stack of `bytes` (the server's request threads get the default 8 MiB),
 // so that unbounded recursion shows as a crash here rather than depending on the main thread's

@@ -226,7 +226,7 @@ async function messages(client) {
 
   await check('messages.create: thinking enabled -> thinking block', async () => {
     const m = await client.messages.create({ model: 'tiny', max_tokens: 6, messages: [{ role: 'user', content: 'Hi' }],
-      thinking: { type: 'enabled', budget_tokens: 1024 }, stop_sequences: ['\n\n\n'] });
+      thinking: { type: 'enabled', budget_tokens: 1024 }, stop_sequences: ['\n\n\n'], temperature: 0 });
     checkMessage(m, 6);
     eq(m.content[0].type, 'thinking', 'first block');
   });
@@ -245,8 +245,9 @@ async function messages(client) {
     });
   }
   await check('messages.stream: event order, indexes and the accumulated message', async () => {
+    // Greedy: a sampled answer could be empty (an end token first), and this check needs blocks.
     const stream = client.messages.stream({ model: 'tiny', max_tokens: 6, tools: anthropicTools, messages: toolHistory,
-      thinking: { type: 'enabled', budget_tokens: 1024 } });
+      thinking: { type: 'enabled', budget_tokens: 1024 }, temperature: 0 });
     const events = [];
     for await (const e of stream) events.push(e);
     const final = await stream.finalMessage();
@@ -287,7 +288,10 @@ async function messages(client) {
     const start = JSON.parse(text.split('\n').find((l) => l.startsWith('data: ')).slice(6));
     eq(start.message.content, [], 'message_start content');
     eq(start.message.stop_reason, null, 'message_start stop_reason');
-    eq(names.slice(0, 3), ['message_start', 'ping', 'content_block_start'], 'first events');
+    eq(names.slice(0, 2), ['message_start', 'ping'], 'first events');
+    // The sampled answer may be empty (an end token first, or only hidden special tokens): then
+    // no content block opens at all.
+    assert(['content_block_start', 'message_delta'].includes(names[2]), 'third event ' + names[2]);
     eq(names.slice(-2), ['message_delta', 'message_stop'], 'last events');
   });
 
