@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the golden logits the C++ tests compare against: writes the tiny preset with
 # `kimi make-model` and runs the independent PyTorch reference on a few fixed prompts.
-# Needs Debian's python3-torch and python3-numpy. Usage: reference/make_golden.sh [path/to/kimi]
+# Needs Debian's python3-torch and python3-numpy (scripts/install-deps.sh --reference). Usage: reference/make_golden.sh [path/to/kimi]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 kimi=${1:-$here/../build/kimi}

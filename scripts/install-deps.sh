@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages the build and the tests need (skipped when all are present).
+# --reference also installs what reference/ needs (golden logits, training mini; a few hundred MB
+# the build and the tests never use).
 set -euo pipefail
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev
           clang libclang-rt-14-dev  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
-          ccache                    # optional for the build, but reruns then rebuild only what changed
-          python3-torch python3-numpy libopenblas0-openmp  # reference/: golden logits, mini training (OpenBLAS: Debian torch otherwise uses the ~10x slower reference BLAS)
-          python3.11-doc debian-handbook fortunes manpages)  # reference/mini_data.py: the mini corpus
+          ccache)                   # optional for the build, but reruns then rebuild only what changed
+if [ "${1:-}" = "--reference" ]; then
+  # golden logits and mini training (OpenBLAS: Debian's torch otherwise uses the ~10x slower
+  # reference BLAS), then the text of the mini corpus (reference/mini_data.py)
+  packages+=(python3-torch python3-numpy libopenblas0-openmp python3.11-doc debian-handbook fortunes manpages)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
