@@ -131,6 +131,31 @@ TEST(Jinja, ListMethodsMutateSharedLists) {
             "{'a': 1, 'b': 2} 1 {'b': 2}");
 }
 
+// Containers are reference counted: a container stored into itself, directly or through another
+// container, a namespace, a bound method or a cycler, would never be freed (found by the jinja
+// fuzzer as a leak), so each such store is a clear error; sharing without a cycle still works.
+TEST(Jinja, StoringAContainerIntoItselfIsRefused) {
+  const std::vector<std::string> cycles = {
+      "{% set l = [] %}{% do l.append(l) %}",
+      "{% set l = [] %}{% do l.insert(0, [1, (2, l)]) %}",
+      "{% set l = [] %}{% do l.extend([l]) %}",
+      "{% set d = {} %}{% do d.update({'k': [d]}) %}",
+      "{% set d = {} %}{% do d.update(k=d) %}",
+      "{% set d = {} %}{% do d.setdefault('k', {'x': d}) %}",
+      "{% set ns = namespace() %}{% set ns.x = [ns] %}",
+      "{% set l = [] %}{% set f = l.append %}{% do l.append(f) %}",
+      "{% set d = {} %}{% do d.update({'u': d.update}) %}",
+      "{% set l = [] %}{% set c = cycler(l, 1) %}{% do l.append(c) %}",
+      "{% set l = [] %}{% for x in [l, l] %}{% do l.append(loop) %}{% endfor %}",
+  };
+  for (const std::string& src : cycles) EXPECT_NE(error_of(src).find("would contain itself"), std::string::npos) << src;
+  EXPECT_EQ(render("{% set a = [1] %}{% set l = [] %}{% do l.append(a) %}{% do l.append(a) %}{% do a.append(2) %}"
+                   "{{ l }}"),
+            "[[1, 2], [1, 2]]");
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% set ns.x = ns.x + [ns.x] %}{{ ns.x }}"), "[[]]");
+  EXPECT_EQ(render("{% set d = {'a': 1} %}{% do d.update(d) %}{{ d }}"), "{'a': 1}");
+}
+
 TEST(Jinja, KeepTrailingNewlineOption) {
   Options o;
   EXPECT_EQ(render("a\n", {}, o), "a");

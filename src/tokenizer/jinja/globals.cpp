@@ -13,10 +13,11 @@ namespace {
 // Larger ranges are refused rather than materialised (templates iterate small ranges).
 constexpr int64_t kMaxRange = 10'000'000;
 
-Value make_function(std::string name, std::function<Value(CallArgs&, Runtime&)> fn) {
+Value make_function(std::string name, std::function<Value(CallArgs&, Runtime&)> fn, Value captured = {}) {
   auto f = std::make_shared<Function>();
   f->name = std::move(name);
   f->call = std::move(fn);
+  f->captured = std::move(captured);
   return Value::function(std::move(f));
 }
 
@@ -124,12 +125,14 @@ Value g_cycler(CallArgs& a, Runtime&) {
                *pos = (*pos + 1) % items->size();
                if (auto s = weak.lock()) s->set("current", (*items)[*pos]);
                return v;
-             }));
+             },
+             Value::tuple(*items)));
   state->set("reset", make_function("reset", [items, pos, weak](CallArgs&, Runtime&) {
                *pos = 0;
                if (auto s = weak.lock()) s->set("current", (*items)[0]);
                return Value::none();
-             }));
+             },
+             Value::tuple(*items)));
   return Value::namespace_object(std::move(state));
 }
 

@@ -158,6 +158,11 @@ void Interpreter::exec_set(const Stmt& s, Scope& scope) {
   const Value* obj = scope.find(s.targets[0]);
   if (!obj || !obj->is_namespace())
     fail(s.pos, "cannot assign attribute '" + s.targets[1] + "' on '" + s.targets[0] + "': only namespace() objects take attributes");
+  try {
+    check_no_cycle(*obj, v, "set " + s.targets[0] + "." + s.targets[1]);
+  } catch (const BuiltinError& e) {
+    fail(s.pos, e.what());
+  }
   obj->get_dict().set(std::string_view(s.targets[1]), std::move(v));
 }
 

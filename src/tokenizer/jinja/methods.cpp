@@ -250,6 +250,7 @@ Value s_format(const Value& self, CallArgs& a) {
 Value l_append(const Value& self, CallArgs& a) {
   const BoundArgs b(a, "append", {"object"});
   if (!b.has(0)) throw BuiltinError("append() takes exactly one argument");
+  check_no_cycle(self, *b.get(0), "append()");
   self.get_list().push_back(*b.get(0));
   return Value::none();
 }
@@ -258,6 +259,7 @@ Value l_extend(const Value& self, CallArgs& a) {
   const BoundArgs b(a, "extend", {"iterable"});
   if (!b.has(0)) throw BuiltinError("extend() takes exactly one argument");
   List items = iterate(*b.get(0));
+  for (const Value& item : items) check_no_cycle(self, item, "extend()");
   self.get_list().insert(self.get_list().end(), items.begin(), items.end());
   return Value::none();
 }
@@ -270,6 +272,7 @@ Value l_insert(const Value& self, CallArgs& a) {
   const auto n = int64_t(l.size());
   if (i < 0) i = std::max<int64_t>(0, i + n);
   i = std::min(i, n);
+  check_no_cycle(self, *b.get(1), "insert()");
   l.insert(l.begin() + i, *b.get(1));
   return Value::none();
 }
@@ -377,6 +380,7 @@ Value d_setdefault(const Value& self, CallArgs& a) {
   if (!b.has(0)) throw BuiltinError("setdefault() takes at least 1 argument");
   Dict& d = self.get_dict();
   if (const Value* v = d.find(*b.get(0))) return *v;
+  check_no_cycle(self, b.value_or(1, Value::none()), "setdefault()");
   d.set(*b.get(0), b.value_or(1, Value::none()));
   return b.value_or(1, Value::none());
 }
@@ -388,8 +392,10 @@ Value d_update(const Value& self, CallArgs& a) {
     const Value& other = a.positional[0];
     if (!other.is_dict()) throw BuiltinError("update() expects a mapping, got " + type_name(other));
     const auto entries = other.get_dict().entries;  // copy: `d.update(d)` is allowed
+    for (const auto& [k, v] : entries) check_no_cycle(self, v, "update()");
     for (const auto& [k, v] : entries) d.set(k, v);
   }
+  for (const auto& [k, v] : a.keyword) check_no_cycle(self, v, "update()");
   for (const auto& [k, v] : a.keyword) d.set(std::string_view(k), v);
   return Value::none();
 }
@@ -459,6 +465,7 @@ Value find_method(const Value& obj, std::string_view name) {
   auto f = std::make_shared<Function>();
   f->name = std::string(name);
   f->call = [self = obj, fn = it->second](CallArgs& a, Runtime&) { return fn(self, a); };
+  f->captured = obj;
   return Value::function(std::move(f));
 }
 

@@ -1,6 +1,7 @@
 #include "tokenizer/jinja/value.h"
 
 #include <cmath>
+#include <unordered_set>
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/jinja/error.h"
@@ -139,6 +140,33 @@ const void* Value::identity() const {
   if (auto* d = std::get_if<std::shared_ptr<Dict>>(&data_)) return d->get();
   if (auto* f = std::get_if<std::shared_ptr<const Function>>(&data_)) return f->get();
   return nullptr;
+}
+
+void check_no_cycle(const Value& container, const Value& stored, std::string_view operation) {
+  const void* target = container.identity();
+  if (!target) return;
+  std::vector<const Value*> pending = {&stored};
+  std::unordered_set<const void*> seen;
+  while (!pending.empty()) {
+    const Value* v = pending.back();
+    pending.pop_back();
+    const void* id = v->identity();
+    if (!id) continue;
+    if (id == target)
+      throw BuiltinError(std::string(operation) + ": the " + type_name(container) +
+                         " would contain itself (reference cycles are not supported)");
+    if (!seen.insert(id).second) continue;
+    if (v->is_sequence()) {
+      for (const Value& item : v->get_list()) pending.push_back(&item);
+    } else if (v->is_dict() || v->is_namespace()) {
+      for (const auto& [key, value] : v->get_dict().entries) {
+        pending.push_back(&key);
+        pending.push_back(&value);
+      }
+    } else if (v->is_function()) {
+      pending.push_back(&v->get_function().captured);
+    }
+  }
 }
 
 bool Value::truthy() const {

@@ -110,7 +110,14 @@ struct Dict {
 struct Function {
   std::string name;
   std::function<Value(CallArgs&, Runtime&)> call;
+  Value captured;  // what the callable holds: a bound method's object, a cycler's items; else undefined
 };
+
+// Containers are reference counted, so a container that holds itself would never be freed. Python
+// collects such cycles; templates never need them, so the methods that store into an existing
+// container (append, insert, extend, update, setdefault, `set ns.attr`) refuse a value from which
+// `container` is reachable, through containers and bound methods. Linear in what `stored` reaches.
+void check_no_cycle(const Value& container, const Value& stored, std::string_view operation);
 
 // What builtins may ask of the interpreter while they run.
 class Runtime {
