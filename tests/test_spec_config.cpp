@@ -70,6 +70,9 @@ TEST(NgramLookup, ProposesWhatFollowedTheLongestLatestMatch) {
   EXPECT_EQ(ngram_lookup(V{1, 2, 3, 4, 5, 1, 2, 3, 9, 9, 7, 1, 2, 3}, 1, 3, 2), (V{9, 9}));
   // A longer match beats a later shorter one: "7 1 2 3" (n = 4) occurs only at 2..5.
   EXPECT_EQ(ngram_lookup(V{0, 0, 7, 1, 2, 3, 4, 4, 1, 2, 3, 5, 7, 1, 2, 3}, 1, 4, 3), (V{4, 4, 1}));
+  // A short period: the latest occurrence followed by all the drafts, not the very latest.
+  EXPECT_EQ(ngram_lookup(V{9, 9, 9, 9, 9, 9}, 1, 2, 3), (V{9, 9, 9}));
+  EXPECT_EQ(ngram_lookup(V{4, 8, 4, 8, 4, 8, 4, 8}, 1, 2, 3), (V{4, 8, 4}));
   // The proposal stops at the sequence's end.
   EXPECT_EQ(ngram_lookup(V{5, 6, 5, 6}, 1, 2, 4), (V{5, 6}));
   // Nothing below min_n, nothing without an earlier occurrence, nothing for no drafts.

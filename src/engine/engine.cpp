@@ -7,7 +7,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "spec/ngram_proposer.h"
+#include "spec/proposer_factory.h"
 #include "structured/compile.h"
 
 namespace kimi {
@@ -52,18 +52,12 @@ int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
   return blocks;
 }
 
-SpeculationSetup make_speculation(const spec::SpeculativeConfig& c) {
+SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model, int64_t num_blocks, int64_t block_size) {
   SpeculationSetup setup;
   if (!c.enabled()) return setup;
   setup.num_speculative_tokens = c.num_speculative_tokens;
   setup.disable_by_batch_size = c.disable_by_batch_size;
-  switch (c.method) {
-    case spec::Method::Ngram:
-      setup.proposer = std::make_unique<spec::NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-      break;
-    default:
-      throw Error(std::string("--speculative-config: method ") + spec::method_name(c.method) + " is not supported yet");
-  }
+  setup.proposer = spec::make_proposer(c, model, num_blocks, block_size);
   return setup;
 }
 
@@ -77,7 +71,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
       scheduler_(config_.scheduler, kv_),
       executor_(std::make_unique<InProcessExecutor>(
           model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype}, vocab_,
-          make_speculation(config_.speculative))),
+          make_speculation(config_.speculative, model, kv_.pool().num_blocks(), config_.block_size))),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
