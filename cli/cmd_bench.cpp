@@ -16,6 +16,15 @@ namespace kimi::cli {
 
 namespace {
 
+// --prompt-file's text as the model's token ids.
+std::vector<int32_t> prompt_file_ids(const Args& a) {
+  const std::string path = a.get("prompt-file", "");
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read --prompt-file '" + path + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  return Tokenizer::load(a.require("model")).encode(text);
+}
+
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
                 "kv-cache-dtype", "batch", "speculative-config", "num-speculative-tokens", "prompt-file"},
@@ -61,12 +70,7 @@ int run_latency(int argc, char** argv) {
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if (a.has("batch") && !a.has("breakdown")) throw Error("bench latency: --batch goes with --breakdown");
-  if (a.has("prompt-file")) {
-    std::ifstream in(a.get("prompt-file", ""));
-    if (!in) throw Error("bench latency: cannot read --prompt-file '" + a.get("prompt-file", "") + "'");
-    const std::string text((std::istreambuf_iterator<char>(in)), {});
-    o.prompt = Tokenizer::load(a.require("model")).encode(text);
-  }
+  if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
   std::vector<spec::SpeculativeConfig> speculative;
   if (a.has("speculative-config")) {
     const std::string text = a.get("speculative-config", "");
@@ -146,16 +150,20 @@ int run_latency(int argc, char** argv) {
 int run_throughput(int argc, char** argv) {
   const Args a(argc, argv, 3,
                {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
-                "seed", "quantization"},
+                "seed", "quantization", "speculative-config", "prompt-file"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
         "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
-        "                             [--quantization int4|w4a16|w4a8|w8a8]\n\n"
+        "                             [--quantization int4|w4a16|w4a8|w8a8] [--speculative-config JSON]\n"
+        "                             [--prompt-file FILE]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
         "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
-        "compute per second against the matmul peak measured in the same run.\n");
+        "compute per second against the matmul peak measured in the same run. With\n"
+        "--speculative-config each level runs again with speculation: its tok/s over plain and its\n"
+        "acceptance length show where speculation stops paying as concurrency grows. --prompt-file:\n"
+        "prompts are slices of that text (with the model's tokenizer) instead of random ids.\n");
     return 0;
   }
   ModelOptions mo;
@@ -168,6 +176,9 @@ int run_throughput(int argc, char** argv) {
   o.prompts_per_level = a.get_int("num-prompts", 0);
   o.max_num_batched_tokens = a.get_int("max-num-batched-tokens", o.max_num_batched_tokens);
   o.seed = uint64_t(a.get_int("seed", 0));
+  if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
+  o.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
+  if (o.speculative.enabled()) spec::check_against_target(o.speculative, model.config());
   if (a.has("concurrency")) {
     o.concurrency.clear();
     std::stringstream ss(a.get("concurrency", ""));
