@@ -2,18 +2,20 @@
 
 #include "args.h"
 #include "common/error.h"
+#include "modelgen/eagle3_draft.h"
 #include "modelgen/make_model.h"
 #include "modelgen/presets.h"
 
 namespace kimi::cli {
 
 int run_make_model(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant", "num-layers", "num-experts"}, {"help"});
+  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant", "num-layers", "num-experts", "draft"},
+               {"help"});
   if (a.has("help") || a.positionals().size() != 1) {
     std::printf(
         "usage: kimi make-model OUT_DIR [--preset tiny|small|kimi-k2.5] [--seed N] [--dtype bf16|f16|f32]\n"
         "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n"
-        "                       [--quant int4|w4a8|w8a8] [--num-layers N] [--num-experts E]\n\n"
+        "                       [--quant int4|w4a8|w8a8] [--num-layers N] [--num-experts E] [--draft eagle3]\n\n"
         "Writes a Hugging Face checkpoint directory of the Kimi-K2.5 architecture and layout with\n"
         "deterministic random weights (same seed, same bytes). --quant stores the same weights\n"
         "quantized: int4 as the official INT4 release (compressed-tensors, routed experts, group 32),\n"
@@ -21,7 +23,9 @@ int run_make_model(int argc, char** argv) {
         "kimi-k2.5 has the real model's shapes; --num-layers N keeps the dense first layer and N-1\n"
         "MoE layers, --num-experts E keeps E routed experts (top-8 routing stays). With --quant int4\n"
         "its experts get random INT4 codes directly (not the quantization of the bf16 weights).\n"
-        "The dense layer plus one MoE layer: ~15 GB in INT4; BF16 needs --num-experts <= ~64.\n");
+        "The dense layer plus one MoE layer: ~15 GB in INT4; BF16 needs --num-experts <= ~64.\n"
+        "--draft eagle3 writes instead an Eagle3 draft (LlamaForCausalLMEagle3, the published layout)\n"
+        "for the target those options describe, to serve with --speculative-config.\n");
     return a.has("help") ? 0 : 1;
   }
   MakeModelOptions o;
@@ -45,6 +49,15 @@ int run_make_model(int argc, char** argv) {
   o.num_experts = a.get_int("num-experts", 0);
   if (a.has("quant")) o.quant = parse_quant_preset(a.get("quant", ""));
 
+  if (a.has("draft")) {
+    if (a.get("draft", "") != "eagle3") throw Error("--draft must be eagle3");
+    if (o.quant != QuantPreset::None) throw Error("--draft eagle3 writes float weights: no --quant");
+    const MakeModelResult r = make_eagle3_draft(a.positionals()[0], o);
+    std::printf("wrote %s: an Eagle3 draft for preset %s, %lld tensors, %.1f M parameters, %.1f MB\n",
+                a.positionals()[0].c_str(), o.preset.c_str(), (long long)r.num_tensors, double(r.num_parameters) / 1e6,
+                double(r.bytes) / 1e6);
+    return 0;
+  }
   const MakeModelResult r = make_model(a.positionals()[0], o);
   std::printf("wrote %s: preset %s, %lld tensors, %.1f M parameters, %.1f MB\n", a.positionals()[0].c_str(),
               o.preset.c_str(), (long long)r.num_tensors, double(r.num_parameters) / 1e6, double(r.bytes) / 1e6);

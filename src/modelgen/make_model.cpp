@@ -14,6 +14,7 @@
 #include "modelgen/chat_template_data.h"
 #include "modelgen/presets.h"
 #include "modelgen/quantized_tensors.h"
+#include "modelgen/random_init.h"
 #include "tokenizer/bpe_trainer.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/tiktoken_file.h"
@@ -56,46 +57,6 @@ nlohmann::json full_config(const nlohmann::json& text, CheckpointForm form) {
           {"use_unified_vision_chunk", true},
           {"video_placeholder", "<|kimi_k25_video_placeholder|>"},
           {"dtype", "bfloat16"}};
-}
-
-// Initial values chosen so that every part of the model matters to the logits: activations stay
-// O(1) through the layers, norm weights differ from 1, and the router bias is large enough to
-// change which experts are picked (a model where the bias is ignored gives other logits).
-float init_value(const TensorLayout& t, Rng& rng) {
-  const double u = 2.0 * rng.uniform() - 1.0;  // uniform in [-1, 1): no libm, bit-reproducible
-  switch (t.role) {
-    case TensorRole::Embedding: return float(u * std::sqrt(3.0));
-    case TensorRole::Norm: return float(1.0 + 0.25 * u);
-    case TensorRole::RouterBias: return float(0.25 * u);
-    case TensorRole::Router: return float(u * std::sqrt(3.0) * 2.0 / std::sqrt(double(t.fan_in)));
-    case TensorRole::Linear:
-    case TensorRole::LmHead: return float(u * std::sqrt(3.0) / std::sqrt(double(t.fan_in)));
-  }
-  return 0.0f;
-}
-
-// `stream` names the tensor without the form's prefix, so both forms get the same weights.
-void fill_tensor(const TensorLayout& t, const std::string& stream, DType dtype, uint64_t seed,
-                 std::span<std::byte> out) {
-  Rng rng(hash_seed(seed, stream.c_str()));
-  const size_t n = out.size() / dtype_size(dtype);
-  for (size_t i = 0; i < n; ++i) {
-    const float v = init_value(t, rng);
-    switch (dtype) {
-      case DType::F32: std::memcpy(out.data() + 4 * i, &v, 4); break;
-      case DType::BF16: {
-        const uint16_t b = f32_to_bf16(v);
-        std::memcpy(out.data() + 2 * i, &b, 2);
-        break;
-      }
-      case DType::F16: {
-        const uint16_t h = f32_to_f16(v);
-        std::memcpy(out.data() + 2 * i, &h, 2);
-        break;
-      }
-      default: throw Error("make-model: unsupported dtype");
-    }
-  }
 }
 
 void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
@@ -214,7 +175,7 @@ MakeModelPlan plan_model(const MakeModelOptions& o) {
     // the float and quantized checkpoints of one seed can be compared.
     auto source = [t, dtype, stream, seed = o.seed, numel] {
       std::vector<std::byte> raw(size_t(numel) * dtype_size(dtype));
-      fill_tensor(t, stream, dtype, seed, raw);
+      fill_random_tensor(t, stream, dtype, seed, raw);
       std::vector<float> f(static_cast<size_t>(numel));
       convert_to_f32(dtype, raw.data(), f.data(), numel);
       return f;
@@ -233,7 +194,7 @@ MakeModelPlan plan_model(const MakeModelOptions& o) {
       continue;
     if (o.quant == QuantPreset::W4A8 || o.quant == QuantPreset::W8A8) description[t.name] = "FLOAT";
     specs.push_back({t.name, dtype, t.shape, [t, dtype, seed = o.seed, stream](std::span<std::byte> out) {
-                       fill_tensor(t, stream, dtype, seed, out);
+                       fill_random_tensor(t, stream, dtype, seed, out);
                      }});
   }
   result.num_tensors = int64_t(specs.size());

@@ -8,6 +8,9 @@ const path = require('path');
 const OpenAI = require('openai');
 
 const kimi = process.argv[2];
+// With --eagle3 every server runs speculative decoding with an Eagle3 draft for the tiny model
+// (`kimi make-model --draft eagle3`): every check must pass as without it.
+const eagle3 = process.argv.includes('--eagle3');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-e2e-'));
 const results = [];
 
@@ -16,8 +19,14 @@ function assert(cond, msg) { if (!cond) throw new Error('assertion failed: ' + m
 async function startServer(extraArgs) {
   const model = path.join(dir, 'tiny');
   if (!fs.existsSync(model)) execFileSync(kimi, ['make-model', model, '--preset', 'tiny']);
+  const speculative = [];
+  if (eagle3) {
+    const draft = path.join(dir, 'tiny-eagle3');
+    if (!fs.existsSync(draft)) execFileSync(kimi, ['make-model', draft, '--preset', 'tiny', '--draft', 'eagle3']);
+    speculative.push('--speculative-config', JSON.stringify({ method: 'eagle3', model: draft, num_speculative_tokens: 3 }));
+  }
   const proc = spawn(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny,kimi-tiny',
-    '--max-model-len', '512', '--api-key', 'secret', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--max-model-len', '512', '--api-key', 'secret', ...speculative, ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('server did not start: ' + log)), 60000);
