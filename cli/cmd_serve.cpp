@@ -166,12 +166,16 @@ int run_serve(int argc, char** argv) {
   std::thread announcer([&] {
     for (int i = 0; i < 100 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const KvCacheInfo kv = engine.kv_cache_info();
+    const std::string speculative =
+        ec.speculative.enabled() ? "; speculative " + std::string(spec::method_name(ec.speculative.method)) + ", " +
+                                       std::to_string(ec.speculative.num_speculative_tokens) + " draft tokens"
+                                 : "";
     std::fprintf(stderr,
                  "kimi serve: %s on http://%s:%d (max_model_len %lld; KV cache %s, %lld bytes per token, "
-                 "%lld tokens)\n",
+                 "%lld tokens%s)\n",
                  sc.served_model_names[0].c_str(), hc.host.c_str(), server.bound_port(),
                  (long long)engine.max_model_len(), kv.cache_dtype.c_str(), (long long)kv.bytes_per_token,
-                 (long long)kv.capacity_tokens());
+                 (long long)kv.capacity_tokens(), speculative.c_str());
   });
   const bool ok = server.listen();
   announcer.join();
