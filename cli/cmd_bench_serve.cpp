@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "args.h"
@@ -14,6 +15,7 @@
 #include "bench/serve_metrics.h"
 #include "bench/serve_plot.h"
 #include "bench/serve_runner.h"
+#include "bench/serve_spec_metrics.h"
 #include "common/error.h"
 
 namespace kimi::cli {
@@ -188,7 +190,20 @@ int run_bench_serve(int argc, char** argv) {
                 info.burstiness == 1.0 ? "Poisson process" : "Gamma distribution",
                 info.max_concurrency > 0 ? std::to_string(info.max_concurrency).c_str() : "None");
     std::fflush(stdout);
+    // The server's speculative-decoding counters around the run (none: it does not speculate, or
+    // serves no /metrics).
+    auto spec_counters = [&]() -> std::optional<SpecDecodeCounters> {
+      try {
+        return parse_spec_decode_counters(http_get_text(client, "/metrics"));
+      } catch (const Error&) {
+        return std::nullopt;
+      }
+    };
+    const std::optional<SpecDecodeCounters> spec_before = spec_counters();
     const ServeRun run = run_serve_load(client, requests, ro);
+    const std::optional<SpecDecodeCounters> spec_after = spec_counters();
+    std::optional<SpecDecodeStats> spec_stats;
+    if (spec_after) spec_stats = spec_decode_delta(spec_before.value_or(SpecDecodeCounters{}), *spec_after);
     info.num_sent = int64_t(run.outcomes.size());
     info.date = now_stamp();
     const ServeMetrics m = compute_serve_metrics(run.outcomes, run.duration, info.metric_percentiles);
@@ -202,6 +217,7 @@ int run_bench_serve(int argc, char** argv) {
       std::printf("--max-duration reached: %lld of %lld requests were sent\n", (long long)info.num_sent, (long long)num_prompts);
     if (m.completed == 0) any_run_failed_entirely = true;
     std::fputs(format_serve_summary(m, info).c_str(), stdout);
+    if (spec_stats && spec_stats->drafts > 0) std::fputs(format_spec_decode_stats(*spec_stats).c_str(), stdout);
     std::fflush(stdout);
     if (a.has("save-result")) {
       std::filesystem::path file = a.get("result-filename", serve_result_filename(info));
@@ -212,7 +228,16 @@ int run_bench_serve(int argc, char** argv) {
         file = std::filesystem::path(a.get("result-dir", "")) / file;
       }
       std::ofstream out(file);
-      out << serve_result_json(m, run.outcomes, info).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+      nlohmann::ordered_json result = serve_result_json(m, run.outcomes, info);
+      if (spec_stats && spec_stats->drafts > 0) {
+        result["spec_decode_acceptance_rate"] = spec_stats->acceptance_rate;
+        result["spec_decode_acceptance_length"] = spec_stats->acceptance_length;
+        result["spec_decode_num_drafts"] = spec_stats->drafts;
+        result["spec_decode_draft_tokens"] = spec_stats->draft_tokens;
+        result["spec_decode_accepted_tokens"] = spec_stats->accepted_tokens;
+        result["spec_decode_per_position_acceptance_rate"] = spec_stats->per_position_rate;
+      }
+      out << result.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
       if (!out) throw Error("cannot write '" + file.string() + "'");
       std::printf("Result saved to %s\n", file.string().c_str());
     }

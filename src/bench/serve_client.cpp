@@ -220,7 +220,7 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
   return recorder.finish(request.prompt_len, transport_error);
 }
 
-json http_get_json(const ServeClientConfig& config, const std::string& path) {
+std::string http_get_text(const ServeClientConfig& config, const std::string& path) {
   const BaseUrl url = parse_base_url(config.base_url);
   http::ClientRequest req;
   req.target = url.path_prefix + path;
@@ -230,7 +230,11 @@ json http_get_json(const ServeClientConfig& config, const std::string& path) {
   const http::ClientError err = fetch(config, url, req, status, body);
   if (err != http::ClientError::None) throw Error("GET " + config.base_url + path + " failed: " + http::describe(err));
   if (status != 200) throw Error("GET " + config.base_url + path + ": HTTP " + std::to_string(status) + ": " + error_text(body));
-  json j = json::parse(body, nullptr, false);
+  return body;
+}
+
+json http_get_json(const ServeClientConfig& config, const std::string& path) {
+  json j = json::parse(http_get_text(config, path), nullptr, false);
   if (j.is_discarded()) throw Error("GET " + config.base_url + path + ": the response is not JSON");
   return j;
 }

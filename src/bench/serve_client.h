@@ -77,6 +77,7 @@ ServeOutcome send_streaming_request(const ServeClientConfig& config, const Serve
 
 // Non-streamed helpers for setup (model list, /tokenize): throw kimi::Error on any failure.
 nlohmann::json http_get_json(const ServeClientConfig& config, const std::string& path);
+std::string http_get_text(const ServeClientConfig& config, const std::string& path);  // e.g. /metrics
 nlohmann::json http_post_json(const ServeClientConfig& config, const std::string& path, const nlohmann::json& body);
 
 // base_url split into what the client connects to ("http://host:port") and a path prefix ("/api").
