@@ -98,6 +98,19 @@ class Eagle3DraftMini : public ::testing::Test {
     EXPECT_EQ(out.size(), 1u);
     return out.at(0);
   }
+  // The proposer's logits behind its drafts against the golden rows (relaxed by `slack` where the
+  // capture is the C++ target's rather than the reference's).
+  void expect_golden_logits(const Eagle3Proposer& p, const char* what, float slack = 1.0f) {
+    ASSERT_EQ(p.last_logits().size(), 1u) << what;
+    const std::vector<float>& got = p.last_logits()[0];
+    ASSERT_EQ(got.size(), logits_.size()) << what;
+    for (size_t k = 0; k < drafts_.size(); ++k) {
+      const float* want = &logits_[k * size_t(vocab())];
+      const float d = max_diff(&got[k * size_t(vocab())], want, vocab());
+      EXPECT_LT(d, slack * tolerance(want, vocab())) << what << ": draft step " << k;
+      max_seen_ = std::max(max_seen_, d / tolerance(want, vocab()));
+    }
+  }
   // Rows [first, first+count) of a [layers][n][hidden] capture, in the same layout.
   std::vector<float> rows(const std::vector<float>& cap, int64_t first, int64_t count) const {
     std::vector<float> out;
@@ -151,6 +164,7 @@ class Eagle3DraftMini : public ::testing::Test {
   std::vector<int32_t> prompt_, tokens_, drafts_;
   std::vector<int64_t> aux_;
   std::vector<float> capture_, logits_;
+  float max_seen_ = 0;  // the largest golden difference seen, in units of the tolerance
 };
 
 TEST_F(Eagle3DraftMini, GoldenCaptureGivesGoldenLogitsAndDrafts) {
@@ -163,7 +177,10 @@ TEST_F(Eagle3DraftMini, GoldenCaptureGivesGoldenLogitsAndDrafts) {
     EXPECT_LT(max_diff(&got[k * size_t(vocab())], want, vocab()), tolerance(want, vocab())) << "draft step " << k;
   }
   auto fresh = proposer(draft_dir_);
+  fresh->set_keep_logits(true);
   EXPECT_EQ(propose_one(*fresh, request(capture_, 0, n(), 3)), drafts_);
+  expect_golden_logits(*fresh, "proposer");
+  std::printf("largest difference from the golden logits: %.3f of the tolerance\n", double(max_seen_));
   // Fewer drafts asked: a prefix of the chain; none: nothing.
   auto again = proposer(draft_dir_);
   EXPECT_EQ(propose_one(*again, request(capture_, 0, n(), 2)), std::vector<int32_t>(drafts_.begin(), drafts_.begin() + 2));
@@ -174,7 +191,10 @@ TEST_F(Eagle3DraftMini, TargetCaptureGivesGoldenDrafts) {
   auto p = proposer(draft_dir_);
   const std::vector<float> cap = target_capture(p->capture_layers());
   EXPECT_LT(max_diff(cap.data(), capture_.data(), int64_t(cap.size())), 1e-3f) << "the target's capture vs the reference's";
+  p->set_keep_logits(true);
   EXPECT_EQ(propose_one(*p, request(cap, 0, n(), 3)), drafts_);
+  expect_golden_logits(*p, "end to end");
+  std::printf("end to end: largest difference from the golden logits %.3f of the tolerance\n", double(max_seen_));
 }
 
 // The test can fail: the aux layers in the wrong order ([mid, low, high]) or each one layer off
@@ -205,9 +225,11 @@ TEST_F(Eagle3DraftMini, ChunkedPrefillEqualsOneChunk) {
   EXPECT_LT(max_diff(whole.data(), chunked.data(), int64_t(whole.size())), 1e-5f);
 
   auto p = proposer(draft_dir_);
+  p->set_keep_logits(true);
   const std::vector<float> a = rows(capture_, 0, 8), b = rows(capture_, 8, n() - 8);
   EXPECT_TRUE(propose_one(*p, request(a, 0, 8, 0)).empty());
   EXPECT_EQ(propose_one(*p, request(b, 8, n() - 8, 3)), drafts_);
+  expect_golden_logits(*p, "two chunks");
 }
 
 // The next step after proposing: the target verified t and d1 (positions n, n+1) and sampled a
@@ -239,16 +261,22 @@ TEST_F(Eagle3DraftMini, NextStepOverwritesSpeculativeRows) {
   ProposeRequest step{.request_id = "r", .tokens = all, .first_position = n(), .num_positions = 2,
                       .hidden_states = last2, .block_ids = kBlocks, .num_drafts = 3};
   std::vector<std::vector<int32_t>> next;
+  p->set_keep_logits(true);
   p->propose({&step, 1}, next);
 
   auto fresh = proposer(draft_dir_);
   ProposeRequest whole{.request_id = "r", .tokens = all, .first_position = 0, .num_positions = total,
                        .hidden_states = r.hidden_states, .block_ids = kBlocks, .num_drafts = 3};
   std::vector<std::vector<int32_t>> want;
+  fresh->set_keep_logits(true);
   fresh->propose({&whole, 1}, want);
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].size(), 3u);
   EXPECT_EQ(next[0], want[0]);
+  const std::vector<float>& got_logits = p->last_logits().at(0);
+  const std::vector<float>& want_logits = fresh->last_logits().at(0);
+  ASSERT_EQ(got_logits.size(), want_logits.size());
+  EXPECT_LT(max_diff(got_logits.data(), want_logits.data(), int64_t(got_logits.size())), 1e-4f);
 }
 
 TEST_F(Eagle3DraftMini, BatchOfRequestsEqualsOneByOne) {

@@ -137,7 +137,8 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
 
   checkpoint_ = std::make_unique<Checkpoint>(dir);
   const Checkpoint& ck = *checkpoint_;
-  WeightBinder bind(ck, ModelConfig{}, QuantizationRequest{});
+  const ModelConfig float_weights;  // no quantization_config: the draft is stored in float
+  WeightBinder bind(ck, float_weights, QuantizationRequest{});
   const int64_t H = c.hidden_size, T = c.target_hidden_size, hd = c.head_dim;
   const int64_t qd = c.num_attention_heads * hd;
   kv_dim_ = c.num_key_value_heads * hd;

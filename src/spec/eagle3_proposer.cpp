@@ -21,6 +21,11 @@ Eagle3Proposer::Eagle3Proposer(const std::filesystem::path& draft_dir, const Mod
 
 void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vector<std::vector<int32_t>>& drafts) {
   drafts.assign(requests.size(), {});
+  logits_.assign(keep_logits_ ? requests.size() : 0, {});
+  const size_t V = size_t(draft_.target_vocab_size());
+  auto keep = [&](size_t request, const Eagle3Output& out, size_t s) {
+    if (keep_logits_) logits_[request].insert(logits_[request].end(), out.logits.begin() + ptrdiff_t(s * V), out.logits.begin() + ptrdiff_t((s + 1) * V));
+  };
   const size_t layers = draft_.config().aux_layer_ids.size();
   const size_t T = size_t(target_hidden_), H = size_t(draft_.config().hidden_size);
 
@@ -68,6 +73,7 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
     const ProposeRequest& q = requests[seq_request[s]];
     if (q.num_drafts <= 0) continue;
     drafts[seq_request[s]].push_back(out.argmax[s]);
+    keep(seq_request[s], out, s);
     chains.push_back({seq_request[s], q.first_position + q.num_positions, {out.argmax[s]},
                       std::vector<float>(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H))});
   }
@@ -89,6 +95,7 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
     for (size_t s = 0; s < live.size(); ++s) {
       Chain& c = *live[s];
       drafts[c.request].push_back(out.argmax[s]);
+      keep(c.request, out, s);
       c.token[0] = out.argmax[s];
       c.hidden.assign(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H));
       ++c.position;

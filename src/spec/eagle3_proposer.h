@@ -41,12 +41,18 @@ class Eagle3Proposer : public Proposer {
   void propose(std::span<const ProposeRequest> requests, std::vector<std::vector<int32_t>>& drafts) override;
 
   Eagle3Draft& draft() { return draft_; }
+  // With keep_logits, propose() keeps the target-vocabulary logits behind each draft token:
+  // last_logits()[i] is [drafts[i].size(), target vocab] (tests; a sampler's draft distribution).
+  void set_keep_logits(bool keep) { keep_logits_ = keep; }
+  const std::vector<std::vector<float>>& last_logits() const { return logits_; }
 
  private:
   std::unique_ptr<ThreadPool> own_pool_;
   ThreadPool& pool_;
   int64_t target_hidden_;
   Eagle3Draft draft_;
+  bool keep_logits_ = false;
+  std::vector<std::vector<float>> logits_;
 };
 
 }  // namespace kimi::spec
