@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -295,17 +297,26 @@ TEST_F(Eagle3DraftMini, BatchOfRequestsEqualsOneByOne) {
   EXPECT_EQ(out[1], propose_one(*q, b));
 }
 
+// Copies the draft's tensors into dir/model.safetensors: `rename` gives each one's new name (empty:
+// left out); `extra` are added. The config is written by the caller.
+void rewrite_checkpoint(const std::filesystem::path& from, const std::filesystem::path& dir,
+                        const std::function<std::string(const std::string&)>& rename, std::vector<TensorSpec> extra = {}) {
+  const Checkpoint ck(from);
+  std::vector<TensorSpec> specs;
+  for (const std::string& name : ck.names()) {
+    const std::string to = rename(name);
+    if (to.empty()) continue;
+    const TensorView& t = ck.get(name);
+    specs.push_back({to, t.dtype, t.shape, [&t](std::span<std::byte> out) { std::copy(t.data.begin(), t.data.end(), out.begin()); }});
+  }
+  for (TensorSpec& e : extra) specs.push_back(std::move(e));
+  write_safetensors(dir / "model.safetensors", specs);
+}
+
 // A draft without embed_tokens shares the target's (mini-eagle3's is a frozen copy of it).
 TEST_F(Eagle3DraftMini, SharesTheTargetEmbeddingWhenAbsent) {
   test::TempDir tmp;
-  const Checkpoint ck(draft_dir_);
-  std::vector<TensorSpec> specs;
-  for (const std::string& name : ck.names()) {
-    if (name == "embed_tokens.weight") continue;
-    const TensorView& t = ck.get(name);
-    specs.push_back({name, t.dtype, t.shape, [&t](std::span<std::byte> out) { std::copy(t.data.begin(), t.data.end(), out.begin()); }});
-  }
-  write_safetensors(tmp.path() / "model.safetensors", specs);
+  rewrite_checkpoint(draft_dir_, tmp.path(), [](const std::string& n) { return n == "embed_tokens.weight" ? "" : n; });
   std::filesystem::copy_file(draft_dir_ / "config.json", tmp.path() / "config.json");
   try {
     proposer(tmp.path());
@@ -314,7 +325,70 @@ TEST_F(Eagle3DraftMini, SharesTheTargetEmbeddingWhenAbsent) {
     EXPECT_NE(std::string(e.what()).find("embed_tokens"), std::string::npos) << e.what();
   }
   auto p = proposer(tmp.path(), &model_->weights().embed);
+  p->set_keep_logits(true);
   EXPECT_EQ(propose_one(*p, request(capture_, 0, n(), 3)), drafts_);
+  expect_golden_logits(*p, "shared embedding");
+}
+
+// vLLM's export names the decoder layer layers.0.* instead of midlayer.*.
+TEST_F(Eagle3DraftMini, LoadsTheVllmTensorNames) {
+  test::TempDir tmp;
+  rewrite_checkpoint(draft_dir_, tmp.path(), [](const std::string& n) {
+    return n.starts_with("midlayer.") ? "layers.0." + n.substr(9) : n;
+  });
+  std::filesystem::copy_file(draft_dir_ / "config.json", tmp.path() / "config.json");
+  auto p = proposer(tmp.path());
+  p->set_keep_logits(true);
+  EXPECT_EQ(propose_one(*p, request(capture_, 0, n(), 3)), drafts_);
+  expect_golden_logits(*p, "layers.0 names");
+}
+
+// A pruned draft vocabulary: lm_head keeps a subset of the target ids (the golden drafts among
+// them), d2t maps draft ids back. Kept ids get the golden logits, the others -inf, and the drafts
+// come out in target ids.
+TEST_F(Eagle3DraftMini, PrunedVocabularyMapsThroughD2t) {
+  const int64_t V = vocab(), H = hidden();
+  std::vector<int64_t> kept;
+  for (int64_t t = 0; t < V; ++t)
+    if (t % 3 == 1 || std::find(drafts_.begin(), drafts_.end(), int32_t(t)) != drafts_.end()) kept.push_back(t);
+  const int64_t DV = int64_t(kept.size());
+  std::vector<int64_t> d2t(static_cast<size_t>(DV));
+  for (int64_t d = 0; d < DV; ++d) d2t[size_t(d)] = kept[size_t(d)] - d;
+  const Checkpoint ck(draft_dir_);
+  const TensorView& head = ck.get("lm_head.weight");
+  const size_t row_bytes = size_t(H) * dtype_size(head.dtype);
+  std::vector<TensorSpec> extra;
+  extra.push_back({"lm_head.weight", head.dtype, {DV, H}, [&](std::span<std::byte> out) {
+                     for (int64_t d = 0; d < DV; ++d)
+                       std::copy_n(head.data.begin() + ptrdiff_t(size_t(kept[size_t(d)]) * row_bytes), row_bytes,
+                                   out.begin() + ptrdiff_t(size_t(d) * row_bytes));
+                   }});
+  extra.push_back({"d2t", DType::I64, {DV}, [&](std::span<std::byte> out) { std::memcpy(out.data(), d2t.data(), out.size()); }});
+  test::TempDir tmp;
+  rewrite_checkpoint(draft_dir_, tmp.path(), [](const std::string& n) { return n == "lm_head.weight" ? "" : n; }, std::move(extra));
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(draft_dir_ / "config.json"));
+  c["draft_vocab_size"] = DV;
+  std::ofstream(tmp.path() / "config.json") << c.dump();
+
+  auto p = proposer(tmp.path());
+  p->set_keep_logits(true);
+  EXPECT_EQ(propose_one(*p, request(capture_, 0, n(), 3)), drafts_);
+  const std::vector<float>& got = p->last_logits().at(0);
+  ASSERT_EQ(got.size(), logits_.size());
+  for (size_t k = 0; k < drafts_.size(); ++k) {
+    const float* want = &logits_[k * size_t(V)];
+    const float* row = &got[k * size_t(V)];
+    size_t next = 0;
+    for (int64_t t = 0; t < V; ++t) {
+      if (next < kept.size() && kept[next] == t) {
+        ++next;
+        EXPECT_NEAR(row[t], want[t], tolerance(want, V)) << "step " << k << " id " << t;
+      } else {
+        EXPECT_EQ(row[t], -INFINITY) << "step " << k << " id " << t;
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
 }
 
 TEST_F(Eagle3DraftMini, BadDraftDirectoriesFailClearly) {
@@ -359,14 +433,7 @@ TEST_F(Eagle3DraftMini, BadDraftDirectoriesFailClearly) {
   }
   {
     test::TempDir tmp;
-    const Checkpoint ck(draft_dir_);
-    std::vector<TensorSpec> specs;
-    for (const std::string& name : ck.names()) {
-      if (name == "midlayer.mlp.down_proj.weight") continue;
-      const TensorView& t = ck.get(name);
-      specs.push_back({name, t.dtype, t.shape, [&t](std::span<std::byte> out) { std::copy(t.data.begin(), t.data.end(), out.begin()); }});
-    }
-    write_safetensors(tmp.path() / "model.safetensors", specs);
+    rewrite_checkpoint(draft_dir_, tmp.path(), [](const std::string& n) { return n == "midlayer.mlp.down_proj.weight" ? "" : n; });
     std::ofstream(tmp.path() / "config.json") << base.dump();
     expect_error(tmp.path(), "midlayer.mlp.down_proj.weight");
   }
