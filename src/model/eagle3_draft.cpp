@@ -199,19 +199,18 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
 // frequencies and YaRN scale.
 void Eagle3Draft::rope_rotate_half(float* x, int64_t heads, int64_t position) const {
   const int64_t hd = config_.head_dim, half = hd / 2;
-  float tmp[512];
-  for (int64_t h = 0; h < heads; ++h) {
-    float* p = x + h * hd;
+  std::vector<float> tmp(size_t(heads * hd));
+  for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
-      tmp[2 * i] = p[i];
-      tmp[2 * i + 1] = p[i + half];
+      tmp[size_t(h * hd + 2 * i)] = x[h * hd + i];
+      tmp[size_t(h * hd + 2 * i + 1)] = x[h * hd + i + half];
     }
-    rope_.apply(tmp, 1, hd, position);
+  rope_.apply(tmp.data(), heads, hd, position);
+  for (int64_t h = 0; h < heads; ++h)
     for (int64_t i = 0; i < half; ++i) {
-      p[i] = tmp[2 * i];
-      p[i + half] = tmp[2 * i + 1];
+      x[h * hd + i] = tmp[size_t(h * hd + 2 * i)];
+      x[h * hd + i + half] = tmp[size_t(h * hd + 2 * i + 1)];
     }
-  }
 }
 
 Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequence> seqs) {
@@ -250,12 +249,23 @@ Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequen
   const int64_t N = int64_t(rows.size());
 
   // The hidden input of every row: fc(captures), or the previous chain step's output.
+  // (All sequences' capture rows go through fc in one product.)
   std::vector<float> hidden(size_t(N * H));
+  std::vector<float> feats;
+  std::vector<size_t> feat_rows;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    float* dst = &hidden[first_row[s] * size_t(H)];
-    const int64_t n = int64_t(first_row[s + 1] - first_row[s]);
-    if (seqs[s].from_draft_hidden) std::copy(seqs[s].hidden.begin(), seqs[s].hidden.end(), dst);
-    else matmul(pool, fc_, seqs[s].hidden.data(), n, dst);
+    if (seqs[s].from_draft_hidden) {
+      std::copy(seqs[s].hidden.begin(), seqs[s].hidden.end(), &hidden[first_row[s] * size_t(H)]);
+    } else {
+      feats.insert(feats.end(), seqs[s].hidden.begin(), seqs[s].hidden.end());
+      for (size_t r = first_row[s]; r < first_row[s + 1]; ++r) feat_rows.push_back(r);
+    }
+  }
+  if (!feat_rows.empty()) {
+    std::vector<float> projected(feat_rows.size() * size_t(H));
+    matmul(pool, fc_, feats.data(), int64_t(feat_rows.size()), projected.data());
+    for (size_t i = 0; i < feat_rows.size(); ++i)
+      std::copy_n(&projected[i * size_t(H)], H, &hidden[feat_rows[i] * size_t(H)]);
   }
   // Attention input: [input_layernorm(embed(token)), hidden_norm(hidden)] (embedding first).
   std::vector<float> x(size_t(N * 2 * H));
