@@ -24,7 +24,9 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
   logits_.assign(keep_logits_ ? requests.size() : 0, {});
   const size_t V = size_t(draft_.target_vocab_size());
   auto keep = [&](size_t request, const Eagle3Output& out, size_t s) {
-    if (keep_logits_) logits_[request].insert(logits_[request].end(), out.logits.begin() + ptrdiff_t(s * V), out.logits.begin() + ptrdiff_t((s + 1) * V));
+    if (keep_logits_)
+      logits_[request].insert(logits_[request].end(), out.logits.begin() + ptrdiff_t(s * V),
+                              out.logits.begin() + ptrdiff_t((s + 1) * V));
   };
   const size_t layers = draft_.config().aux_layer_ids.size();
   const size_t T = size_t(target_hidden_), H = size_t(draft_.config().hidden_size);

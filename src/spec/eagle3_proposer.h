@@ -36,8 +36,10 @@ class Eagle3Proposer : public Proposer {
   std::vector<int64_t> capture_layers() const override { return draft_.config().aux_layer_ids; }
   // Each request's verified positions i run through the draft with token i+1 and the target's
   // captures of position i (writing the draft's KV at i); then requests with num_drafts > 0 chain
-  // greedily from their last position. kimi::Error for hidden states of the wrong size or a
-  // request whose tokens do not reach first_position + num_positions.
+  // greedily from their last position (a request without verified positions this step gets no
+  // drafts: the chain starts from this step's hidden state; a block table that ends early cuts
+  // the chain short). kimi::Error, before anything is written, for hidden states of the wrong
+  // size or a request whose tokens do not reach first_position + num_positions.
   void propose(std::span<const ProposeRequest> requests, std::vector<std::vector<int32_t>>& drafts) override;
 
   Eagle3Draft& draft() { return draft_; }
