@@ -1,5 +1,8 @@
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -7,21 +10,33 @@
 #include "bench/latency.h"
 #include "bench/throughput.h"
 #include "common/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kimi::cli {
 
 namespace {
 
+// --prompt-file's text as the model's token ids.
+std::vector<int32_t> prompt_file_ids(const Args& a) {
+  const std::string path = a.get("prompt-file", "");
+  std::ifstream in(path);
+  if (!in) throw Error("cannot read --prompt-file '" + path + "'");
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  return Tokenizer::load(a.require("model")).encode(text);
+}
+
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
-                "kv-cache-dtype", "batch"},
+                "kv-cache-dtype", "batch", "speculative-config", "num-speculative-tokens", "prompt-file"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
         "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n"
         "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
-        "                          [--breakdown [--batch N[,N...]]]\n\n"
+        "                          [--breakdown [--batch N[,N...]]]\n"
+        "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
+        "                          [--prompt-file FILE]\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
@@ -31,7 +46,13 @@ int run_latency(int argc, char** argv) {
         "--breakdown (one variant) then times one more run's decode steps per layer and phase\n"
         "(attention, router, routed experts, shared expert, dense MLP, lm_head) with the bytes each\n"
         "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
-        "--batch 1,8,32 does so for decode steps of that many sequences at once.\n");
+        "--batch 1,8,32 does so for decode steps of that many sequences at once.\n"
+        "--speculative-config (one object or a JSON list of them, as kimi serve takes) adds each as a\n"
+        "variant after plain decoding, timed alternately with it; --num-speculative-tokens 1,2,3,4\n"
+        "repeats each with those draft counts. Speculative variants print the acceptance length,\n"
+        "the times of a plain, a verification and a draft step, and the decode speed they predict.\n"
+        "--prompt-file takes the prompt from a text file (its first --input-len tokens, with the\n"
+        "model's tokenizer) instead of random ids: drafts are only accepted on real text.\n");
     return 0;
   }
   LatencyOptions o;
@@ -49,8 +70,47 @@ int run_latency(int argc, char** argv) {
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if (a.has("batch") && !a.has("breakdown")) throw Error("bench latency: --batch goes with --breakdown");
+  if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
+  std::vector<spec::SpeculativeConfig> speculative;
+  if (a.has("speculative-config")) {
+    const std::string text = a.get("speculative-config", "");
+    nlohmann::json list;
+    try {
+      list = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(std::string("--speculative-config is not valid JSON: ") + e.what());
+    }
+    if (!list.is_array()) list = nlohmann::json::array({list});
+    const std::vector<std::string> ks = split(a.get("num-speculative-tokens", ""));
+    for (const nlohmann::json& one : list) {
+      if (ks.empty()) speculative.push_back(spec::parse_speculative_config(one.dump()));
+      for (const std::string& k : ks) {
+        nlohmann::json with_k = one;
+        with_k["num_speculative_tokens"] = std::stoll(k);
+        speculative.push_back(spec::parse_speculative_config(with_k.dump()));
+      }
+    }
+  } else if (a.has("num-speculative-tokens")) {
+    throw Error("bench latency: --num-speculative-tokens goes with --speculative-config");
+  }
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
+  if (!speculative.empty()) {
+    if (a.has("breakdown") || quantizations.size() > 1 || kv_dtypes.size() > 1)
+      throw Error("bench latency: --speculative-config takes one --quantization and one --kv-cache-dtype, no --breakdown");
+    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
+    Model model(a.require("model"), mo);
+    std::vector<LatencyVariant> variants;
+    variants.push_back({"plain", &model, {}, parse_kv_cache_dtype(kv_dtypes[0]), {}});
+    for (const spec::SpeculativeConfig& sc : speculative) {
+      spec::check_against_target(sc, model.config());
+      variants.push_back({std::string(spec::method_name(sc.method)) + " k=" + std::to_string(sc.num_speculative_tokens),
+                          &model, {}, variants[0].kv_cache_dtype, sc});
+    }
+    run_latency_comparison(variants, o);
+    std::fputs(format_latency_comparison(variants, o).c_str(), stdout);
+    return 0;
+  }
   if (quantizations.size() <= 1 && kv_dtypes.size() == 1) {
     mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
     o.kv_cache_dtype = parse_kv_cache_dtype(kv_dtypes[0]);
@@ -79,7 +139,7 @@ int run_latency(int argc, char** argv) {
       const std::string label = kv_dtypes.size() == 1 ? weights
                                 : quantizations.size() <= 1 ? "kv " + std::string(kv_cache_dtype_name(kv))
                                                             : weights + "/" + std::string(kv_cache_dtype_name(kv));
-      variants.push_back({label, models.back().get(), {}, kv});
+      variants.push_back({label, models.back().get(), {}, kv, {}});
     }
   }
   run_latency_comparison(variants, o);
@@ -90,16 +150,20 @@ int run_latency(int argc, char** argv) {
 int run_throughput(int argc, char** argv) {
   const Args a(argc, argv, 3,
                {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
-                "seed", "quantization"},
+                "seed", "quantization", "speculative-config", "prompt-file"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
         "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
-        "                             [--quantization int4|w4a16|w4a8|w8a8]\n\n"
+        "                             [--quantization int4|w4a16|w4a8|w8a8] [--speculative-config JSON]\n"
+        "                             [--prompt-file FILE]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
         "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
-        "compute per second against the matmul peak measured in the same run.\n");
+        "compute per second against the matmul peak measured in the same run. With\n"
+        "--speculative-config each level runs again with speculation: its tok/s over plain and its\n"
+        "acceptance length show where speculation stops paying as concurrency grows. --prompt-file:\n"
+        "prompts are slices of that text (with the model's tokenizer) instead of random ids.\n");
     return 0;
   }
   ModelOptions mo;
@@ -112,6 +176,9 @@ int run_throughput(int argc, char** argv) {
   o.prompts_per_level = a.get_int("num-prompts", 0);
   o.max_num_batched_tokens = a.get_int("max-num-batched-tokens", o.max_num_batched_tokens);
   o.seed = uint64_t(a.get_int("seed", 0));
+  if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
+  o.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
+  if (o.speculative.enabled()) spec::check_against_target(o.speculative, model.config());
   if (a.has("concurrency")) {
     o.concurrency.clear();
     std::stringstream ss(a.get("concurrency", ""));

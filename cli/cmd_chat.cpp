@@ -18,13 +18,14 @@ namespace kimi::cli {
 int run_chat(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization",
-                "kv-cache-dtype"},
+                "kv-cache-dtype", "speculative-config"},
                {"help", "no-thinking"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi chat --model DIR [--system TEXT] [--max-tokens 512] [--temperature 0.6] [--top-p 0.95]\n"
         "                 [--seed S] [--threads N] [--max-model-len 8192] [--no-thinking]\n"
-        "                 [--quantization int4|w4a16|w4a8|w8a8] [--kv-cache-dtype auto|bfloat16|fp8|float32]\n\n"
+        "                 [--quantization int4|w4a16|w4a8|w8a8] [--kv-cache-dtype auto|bfloat16|fp8|float32]\n"
+        "                 [--speculative-config JSON]  (as kimi serve's)\n\n"
         "An interactive chat in the terminal with the model's own chat template; replies stream as\n"
         "they are generated. Type /reset to start over, /exit (or end of input) to quit.\n");
     return 0;
@@ -50,6 +51,7 @@ int run_chat(int argc, char** argv) {
   // Prefix caching keeps the earlier turns' KV: each turn computes only what it adds.
   EngineConfig ec = single_sequence_config(max_len, true);
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));  // as kimi serve
+  ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   Engine engine(model, nullptr, ec);
   nlohmann::json messages = nlohmann::json::array();
   auto reset = [&] {

@@ -48,7 +48,7 @@ AttentionMode parse_attention(const std::string& s) {
 int run_generate(int argc, char** argv) {
   const Args a(argc, argv, 2,
                {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed", "threads",
-                "attention", "quantization", "kv-cache-dtype"},
+                "attention", "quantization", "kv-cache-dtype", "speculative-config"},
                {"help", "ignore-eos", "json", "warmup"});
   if (a.has("help")) {
     std::printf(
@@ -56,7 +56,8 @@ int run_generate(int argc, char** argv) {
         "                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
         "                     [--ignore-eos] [--attention auto|naive|absorbed]\n"
         "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
-        "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n\n"
+        "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n"
+        "                     [--speculative-config JSON]  (as kimi serve's)\n\n"
         "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
         "--prompt-ids it prints the generated token ids instead. --warmup runs the prompt once,\n"
         "untimed, before the timed generation (so the mapped weights are resident); --json prints\n"
@@ -102,6 +103,7 @@ int run_generate(int argc, char** argv) {
   EngineConfig ec = single_sequence_config(int64_t(prompt.size()) + max_tokens, false);
   // float32 by default: the exact cache, which the llama.cpp parity check compares token for token.
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "float32"));
+  ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   Engine engine(model, nullptr, ec);
   if (a.has("warmup")) {
     SamplingParams once = sp;
@@ -122,9 +124,14 @@ int run_generate(int argc, char** argv) {
     return true;
   });
   if (json) {
-    const nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},     {"tokens", generated},
-                              {"threads", model.num_threads()},        {"prefill_seconds", st.prefill_seconds},
-                              {"decode_seconds", st.decode_seconds}};
+    nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},     {"tokens", generated},
+                        {"threads", model.num_threads()},        {"prefill_seconds", st.prefill_seconds},
+                        {"decode_seconds", st.decode_seconds}};
+    if (ec.speculative.enabled())
+      j["speculative"] = {{"drafts", st.spec_drafts},
+                          {"draft_tokens", st.spec_draft_tokens},
+                          {"accepted_tokens", st.spec_accepted_tokens},
+                          {"acceptance_length", st.acceptance_length()}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -134,6 +141,10 @@ int run_generate(int argc, char** argv) {
   std::fprintf(stderr, "prompt: %lld tokens in %.3f s (%.1f tokens/s); generated: %lld tokens in %.3f s (%.1f tokens/s)\n",
                (long long)st.prompt_tokens, st.prefill_seconds, double(st.prompt_tokens) / st.prefill_seconds, (long long)st.generated,
                st.decode_seconds, st.generated > 1 ? double(st.generated - 1) / st.decode_seconds : 0.0);
+  if (ec.speculative.enabled())
+    std::fprintf(stderr, "speculative (%s): %lld of %lld draft tokens accepted, acceptance length %.2f\n",
+                 spec::method_name(ec.speculative.method), (long long)st.spec_accepted_tokens,
+                 (long long)st.spec_draft_tokens, st.acceptance_length());
   return 0;
 }
 

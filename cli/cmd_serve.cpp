@@ -57,7 +57,9 @@ void usage() {
       "    them; -1 waits without limit; a second signal aborts at once)\n"
       "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
       "    (CORS; L a JSON list or comma-separated)\n"
-      "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n");
+      "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
+      "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
+      "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n");
 }
 
 }  // namespace
@@ -68,7 +70,8 @@ int run_serve(int argc, char** argv) {
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
                 "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
-                "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype"},
+                "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype",
+                "speculative-config"},
                {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
                 "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"});
   if (a.has("help") || a.positionals().size() != 1) {
@@ -108,6 +111,7 @@ int run_serve(int argc, char** argv) {
   if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
   ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));
+  ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   AsyncEngine engine(model, &tokenizer, ec);
 
   ServingConfig sc;

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "engine/generation.h"
+#include "bench/speculative_steps.h"
 #include "kernels/bandwidth.h"
 
 namespace kimi {
@@ -17,6 +18,11 @@ namespace {
 
 // One prompt of ordinary (non-special) ids: the top 256 of the vocabulary are the special block.
 std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o) {
+  if (!o.prompt.empty()) {
+    if (int64_t(o.prompt.size()) < o.input_len)
+      throw Error("bench latency: the prompt has " + std::to_string(o.prompt.size()) + " tokens, fewer than --input-len");
+    return {o.prompt.begin(), o.prompt.begin() + o.input_len};
+  }
   Rng rng(o.seed);
   std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
   const int64_t ordinary = std::max<int64_t>(1, c.vocab_size - 256);
@@ -28,9 +34,10 @@ std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o
 // take); keeps the best times in r. The prefill step yields the first token, then output_len
 // decode steps follow, each one token.
 void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, KvCacheDtype kv_dtype,
-               LatencyResult& r) {
+               LatencyResult& r, const spec::SpeculativeConfig& speculative = {}) {
   EngineConfig config = single_sequence_config(o.input_len + o.output_len + 1, /*enable_prefix_caching=*/false);
   config.kv_cache_dtype = kv_dtype;
+  config.speculative = speculative;
   Engine engine(model, nullptr, config);
   SamplingParams p;
   p.temperature = 0;
@@ -39,7 +46,14 @@ void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOp
   const GenerationStats st = generate_stream(engine, prompt, p, [](int32_t) { return true; });
   if (st.generated != o.output_len + 1) throw Error("bench latency: the engine generated " + std::to_string(st.generated) + " tokens");
   r.prefill_seconds = std::min(r.prefill_seconds, st.prefill_seconds);
-  r.decode_seconds = std::min(r.decode_seconds, st.decode_seconds);
+  if (st.decode_seconds < r.decode_seconds) {
+    r.decode_seconds = st.decode_seconds;
+    r.speculative.k = speculative.num_speculative_tokens;
+    r.speculative.drafts = st.spec_drafts;
+    r.speculative.draft_tokens = st.spec_draft_tokens;
+    r.speculative.accepted = st.spec_accepted_tokens;
+    r.speculative.acceptance_length = st.acceptance_length();
+  }
 }
 
 void finish(const Model& model, const LatencyOptions& o, KvCacheDtype kv_dtype, LatencyResult& r) {
@@ -83,7 +97,9 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   const std::vector<int32_t> prompt = random_prompt(variants[0].model->config(), o);
   for (LatencyVariant& v : variants) v.result.prefill_seconds = v.result.decode_seconds = 1e30;
   for (int it = 0; it < o.iterations; ++it)
-    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.kv_cache_dtype, v.result);
+    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.kv_cache_dtype, v.result, v.speculative);
+  for (LatencyVariant& v : variants)
+    if (v.speculative.enabled()) measure_speculative_steps(*v.model, v.speculative, prompt, o, v.result);
   double bw = 0, peak = 0;
   if (o.measure_limits) {
     bw = measure_read_bandwidth(variants[0].model->pool());
@@ -124,6 +140,26 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   for (const LatencyVariant& v : variants)
     out += v.label + ": " + v.model->weights().storage + ", KV cache " +
            std::string(kv_cache_dtype_name(v.kv_cache_dtype)) + "\n";
+  if (std::any_of(variants.begin(), variants.end(), [](const LatencyVariant& v) { return v.speculative.enabled(); })) {
+    out += "\nspeculative decoding (step times: medians, alone, at the prompt's context)\n";
+    std::snprintf(line, sizeof line, "%-16s %3s %7s %9s %10s %11s %11s %10s %12s %10s %9s\n", "variant", "k", "drafts",
+                  "accepted", "accept len", "plain ms", "verify ms", "draft ms", "predicted/s", "decode/s", "meas/pred");
+    out += line;
+    for (const LatencyVariant& v : variants) {
+      if (!v.speculative.enabled()) continue;
+      const SpeculativeFigures& f = v.result.speculative;
+      const double predicted = double(o.output_len) / f.predicted_decode_seconds;
+      std::snprintf(line, sizeof line, "%-16s %3lld %7lld %9lld %10.2f %11.3f %11.3f %10.3f %12.1f %10.1f %8.2fx\n",
+                    v.label.c_str(), (long long)f.k, (long long)f.drafts, (long long)f.accepted, f.acceptance_length,
+                    1e3 * f.plain_step_seconds, 1e3 * f.verify_step_seconds, 1e3 * f.draft_step_seconds, predicted,
+                    v.result.decode_tokens_per_s, v.result.decode_tokens_per_s / predicted);
+      out += line;
+    }
+    out += "(accept len: 1 + accepted / drafts, tokens per verification step; verify: a target step of k + 1\n"
+           " tokens; draft: the proposer drafting one token; predicted: output tokens over drafts x (verify +\n"
+           " k x draft) + the steps without drafts x (plain + draft); meas/pred near 1: the engine adds\n"
+           " nothing around the steps)\n";
+  }
   out += "(MB/token: active weight bytes per decoded token; fewer: how many times fewer weight bytes a\n"
          " decoded token reads than the first variant, the speed-up a memory-bound decode can reach;\n"
          " KV B/token: bytes cached per token over all layers, KV: its ratio to the first variant;\n"

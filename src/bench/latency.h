@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "spec/spec_config.h"
 
 namespace kimi {
 
@@ -19,6 +20,20 @@ struct LatencyOptions {
   uint64_t seed = 0;
   bool measure_limits = true;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
+  std::vector<int32_t> prompt;  // the prompt's ids (its first input_len); empty: random ids
+};
+
+// A speculative variant's own figures: the drafts of its best iteration, and the times of the
+// steps it is made of, measured alone at the prompt's context, from which its decode speed is
+// predicted (so that what the engine adds around them shows as the gap to the measured speed).
+struct SpeculativeFigures {
+  int64_t k = 0;                          // num_speculative_tokens
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  double acceptance_length = 0;           // 1 + accepted / drafts
+  double plain_step_seconds = 0;          // target forward of 1 token
+  double verify_step_seconds = 0;         // target forward of k + 1 tokens
+  double draft_step_seconds = 0;          // the proposer drafting one token for one sequence
+  double predicted_decode_seconds = 0;    // steps with drafts x (verify + k draft steps) + the rest x (plain + draft)
 };
 
 struct LatencyResult {
@@ -31,6 +46,7 @@ struct LatencyResult {
   double matmul_peak_flops = 0;        // FLOP/s, measured
   double decode_roofline_fraction = 0;
   double prefill_roofline_fraction = 0;
+  SpeculativeFigures speculative;        // with a --speculative-config variant
 };
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
@@ -69,12 +85,14 @@ std::string format_latency_report(const Model& model, const LatencyOptions& opti
 // The same bench over several loadings of one checkpoint (e.g. --quantization none,int4,w4a8)
 // and/or KV cache dtypes (--kv-cache-dtype float32,bfloat16,fp8): iterations alternate between
 // the variants so that machine noise hits them alike, and the limits are measured once. Ratios
-// in the table are against the first variant.
+// in the table are against the first variant. Speculative variants (--speculative-config) add
+// their acceptance length and step times, and the decode speed those predict.
 struct LatencyVariant {
   std::string label;
   Model* model = nullptr;
   LatencyResult result;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
+  spec::SpeculativeConfig speculative;  // disabled: plain decoding
 };
 void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& options);
 std::string format_latency_comparison(const std::vector<LatencyVariant>& variants, const LatencyOptions& options);

@@ -1,5 +1,6 @@
 #include "bench/throughput.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -22,8 +23,14 @@ std::vector<ThroughputLevel> run_throughput_bench(Model& model, const Throughput
     L.prompts = o.prompts_per_level > 0 ? o.prompts_per_level : std::max<int64_t>(4, 2 * conc);
     Rng rng(o.seed);
     std::vector<std::vector<int32_t>> prompts(size_t(L.prompts), std::vector<int32_t>(size_t(o.input_len)));
-    for (auto& p : prompts)
-      for (auto& t : p) t = int32_t(rng.next_u64() % uint64_t(ordinary));
+    for (auto& p : prompts) {
+      if (int64_t(o.prompt.size()) > o.input_len) {  // a slice of the text at a random offset
+        const uint64_t at = rng.next_u64() % uint64_t(int64_t(o.prompt.size()) - o.input_len);
+        std::copy_n(o.prompt.begin() + int64_t(at), o.input_len, p.begin());
+      } else {
+        for (auto& t : p) t = int32_t(rng.next_u64() % uint64_t(ordinary));
+      }
+    }
 
     EngineConfig ec;
     ec.scheduler.max_num_seqs = conc;
@@ -32,15 +39,25 @@ std::vector<ThroughputLevel> run_throughput_bench(Model& model, const Throughput
     ec.enable_prefix_caching = false;  // random prompts share nothing; keep the comparison pure
     ec.kv_cache_bytes = size_t(conc + 1) * size_t(ec.scheduler.max_model_len + 16) *
                         KvStorage::bytes_per_block(c, 1);
-    Engine engine(model, nullptr, ec);
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = o.output_len;
     sp.ignore_eos = true;
+    Engine engine(model, nullptr, ec);
     const auto t0 = std::chrono::steady_clock::now();
     const auto results = engine.generate(prompts, sp);
     L.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (const auto& r : results) L.output_tokens += int64_t(r[0].token_ids.size());
+    if (o.speculative.enabled()) {
+      ec.speculative = o.speculative;
+      Engine spec_engine(model, nullptr, ec);
+      const auto s0 = std::chrono::steady_clock::now();
+      int64_t tokens = 0;
+      for (const auto& r : spec_engine.generate(prompts, sp)) tokens += int64_t(r[0].token_ids.size());
+      L.spec_output_tokens_per_s =
+          double(tokens) / std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+      L.spec_acceptance_length = spec_engine.stats().spec_acceptance_length();
+    }
     L.prompt_tokens = L.prompts * o.input_len;
     L.output_tokens_per_s = double(L.output_tokens) / L.seconds;
     L.total_tokens_per_s = double(L.output_tokens + L.prompt_tokens) / L.seconds;
@@ -71,6 +88,16 @@ std::string format_throughput_report(const std::vector<ThroughputLevel>& levels)
                   L.total_tokens_per_s, L.requests_per_s, L.output_tokens_per_s / levels.front().output_tokens_per_s,
                   L.flops_per_s / 1e9, peak > 0 ? 100.0 * L.flops_per_s / peak : 0.0);
     s += line;
+  }
+  if (!levels.empty() && levels.front().spec_acceptance_length > 0) {
+    s += "\nwith speculative decoding (same prompts, right after each plain level)\n"
+         "concurrency  plain tok/s  spec tok/s  spec/plain  accept len\n";
+    for (const auto& L : levels) {
+      std::snprintf(line, sizeof line, "%11lld  %11.1f  %10.1f  %9.2fx  %10.2f\n", (long long)L.concurrency,
+                    L.output_tokens_per_s, L.spec_output_tokens_per_s, L.spec_output_tokens_per_s / L.output_tokens_per_s,
+                    L.spec_acceptance_length);
+      s += line;
+    }
   }
   s += "(speed-up: output tok/s over the first level; GFLOP/s: 2 x active parameters per prompt and\n"
        " output token; of peak: against the matmul peak above. Decode at low concurrency is bound by\n"

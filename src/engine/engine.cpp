@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "spec/proposer_factory.h"
 #include "structured/compile.h"
 
 namespace kimi {
@@ -27,6 +28,11 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
   if (c.block_size <= 0) throw Error("--block-size must be positive");
   if (c.scheduler.max_num_seqs <= 0) throw Error("--max-num-seqs must be positive");
   if (c.scheduler.max_num_batched_tokens <= 0) throw Error("--max-num-batched-tokens must be positive");
+  if (c.speculative.enabled()) {
+    spec::check_against_target(c.speculative, mc);
+    // A draft model writes its KV rows for the drafts past the verified tokens.
+    c.scheduler.num_lookahead_tokens = c.speculative.num_speculative_tokens;
+  }
   if (c.kv_cache_bytes == 0) {
     if (!(c.kv_cache_memory_fraction > 0 && c.kv_cache_memory_fraction <= 1))
       throw Error("the KV cache memory fraction must be in (0, 1]");
@@ -46,6 +52,15 @@ int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
   return blocks;
 }
 
+SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model, int64_t num_blocks, int64_t block_size) {
+  SpeculationSetup setup;
+  if (!c.enabled()) return setup;
+  setup.num_speculative_tokens = c.num_speculative_tokens;
+  setup.disable_by_batch_size = c.disable_by_batch_size;
+  setup.proposer = spec::make_proposer(c, model, num_blocks, block_size);
+  return setup;
+}
+
 }  // namespace
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
@@ -55,7 +70,8 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
       kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, kv_),
       executor_(std::make_unique<InProcessExecutor>(
-          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype}, vocab_)),
+          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype}, vocab_,
+          make_speculation(config_.speculative, model, kv_.pool().num_blocks(), config_.block_size))),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
@@ -158,6 +174,15 @@ std::vector<RequestOutput> Engine::step() {
   if (so.empty() && so.finished_request_ids.empty()) return outputs;
 
   const ModelRunnerOutput ro = executor_->execute_model(so);
+  for (size_t i = 0; i < so.scheduled.size() && i < ro.requests.size(); ++i) {
+    const int64_t k = int64_t(so.scheduled[i].draft_token_ids.size());
+    if (k == 0) continue;
+    const int64_t accepted = std::clamp<int64_t>(ro.requests[i].num_accepted_drafts, 0, k);
+    ++spec_drafts_;
+    spec_draft_tokens_ += k;
+    spec_accepted_tokens_ += accepted;
+    metrics_.on_spec_decode(k, accepted);
+  }
   for (const EngineCoreOutput& co : scheduler_.update_from_output(so, ro)) {
     const std::string parent = processor_.parent_of(co.request_id);
     bool stopped_by_string = false;
@@ -207,6 +232,9 @@ EngineStats Engine::stats() const {
   s.prefix_hits = scheduler_.prefix_hits();
   s.prompt_tokens = prompt_tokens_;
   s.generation_tokens = generation_tokens_;
+  s.spec_drafts = spec_drafts_;
+  s.spec_draft_tokens = spec_draft_tokens_;
+  s.spec_accepted_tokens = spec_accepted_tokens_;
   return s;
 }
 

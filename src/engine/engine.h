@@ -16,6 +16,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
+#include "spec/spec_config.h"
 
 namespace kimi {
 
@@ -32,6 +33,7 @@ struct EngineConfig {
   // The cache's element type (--kv-cache-dtype; `kimi serve` defaults to auto = bfloat16).
   // float32 here keeps library callers and tests bit-exact with Model::forward's default cache.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
+  spec::SpeculativeConfig speculative;  // --speculative-config; disabled by default
 };
 
 struct EngineStats {
@@ -40,6 +42,11 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // prompt tokens looked up / found in the cache
   int64_t prompt_tokens = 0, generation_tokens = 0;
+  // Speculative decoding: verification steps with drafts, draft tokens verified, accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  double spec_acceptance_length() const {  // 1 + accepted / drafts (0: no drafts yet)
+    return spec_drafts ? 1.0 + double(spec_accepted_tokens) / double(spec_drafts) : 0.0;
+  }
 };
 
 // A finished completion of the offline API.
@@ -99,6 +106,7 @@ class Engine {
   std::vector<RequestOutput> pending_;  // outputs produced outside step() (aborts)
   uint64_t next_arrival_ = 0;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  int64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_tokens_ = 0;
 };
 
 }  // namespace kimi

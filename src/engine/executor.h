@@ -19,8 +19,9 @@ class Executor {
 // The model and its KV storage in this process, run by the calling thread.
 class InProcessExecutor final : public Executor {
  public:
-  InProcessExecutor(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab = nullptr)
-      : runner_(model, kv, std::move(vocab)) {}
+  InProcessExecutor(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab = nullptr,
+                    SpeculationSetup speculation = {})
+      : runner_(model, kv, std::move(vocab), std::move(speculation)) {}
   ModelRunnerOutput execute_model(const SchedulerOutput& so) override { return runner_.execute(so); }
   ModelRunner& runner() { return runner_; }
 

@@ -12,6 +12,7 @@ GenerationStats generate_stream(Engine& engine, const std::vector<int32_t>& prom
   GenerationStats st;
   st.prompt_tokens = int64_t(prompt.size());
   const std::string id = "generate";
+  const EngineStats before = engine.stats();
   const auto t0 = Clock::now();
   engine.add_request(id, prompt, params);
   Clock::time_point t1 = t0;
@@ -33,6 +34,10 @@ GenerationStats generate_stream(Engine& engine, const std::vector<int32_t>& prom
   const auto t2 = Clock::now();
   st.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   st.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  const EngineStats after = engine.stats();
+  st.spec_drafts = after.spec_drafts - before.spec_drafts;
+  st.spec_draft_tokens = after.spec_draft_tokens - before.spec_draft_tokens;
+  st.spec_accepted_tokens = after.spec_accepted_tokens - before.spec_accepted_tokens;
   return st;
 }
 

@@ -14,6 +14,12 @@ struct GenerationStats {
   int64_t prompt_tokens = 0, cached_prompt_tokens = 0, generated = 0;
   double prefill_seconds = 0;  // from submission to the first token
   double decode_seconds = 0;   // from the first token to the last
+  // Speculative decoding during this generation: verification steps with drafts, drafts verified,
+  // drafts accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  double acceptance_length() const {  // 1 + accepted / drafts; 0 without drafts
+    return spec_drafts ? 1.0 + double(spec_accepted_tokens) / double(spec_drafts) : 0.0;
+  }
 };
 
 // Runs `prompt` to completion alone in `engine` (which must have no other request in flight).

@@ -136,6 +136,16 @@ void Metrics::on_token(double seconds_since_prev) {
   observe(s_.inter_token_latency, seconds_since_prev);
 }
 
+void Metrics::on_spec_decode(int64_t num_draft_tokens, int64_t num_accepted) {
+  if (num_draft_tokens <= 0) return;
+  std::lock_guard lock(mu_);
+  ++s_.spec_num_drafts;
+  s_.spec_num_draft_tokens += nonneg(num_draft_tokens);
+  s_.spec_num_accepted_tokens += nonneg(num_accepted);
+  if (s_.spec_accepted_per_pos.size() < size_t(num_draft_tokens)) s_.spec_accepted_per_pos.resize(size_t(num_draft_tokens));
+  for (int64_t j = 0; j < num_accepted && j < num_draft_tokens; ++j) ++s_.spec_accepted_per_pos[size_t(j)];
+}
+
 void Metrics::on_finished(std::string_view reason, double e2e_seconds, int64_t prompt_tokens,
                           int64_t generation_tokens) {
   std::lock_guard lock(mu_);
@@ -180,6 +190,15 @@ std::string Metrics::render_prometheus(const std::string& model_name) const {
             s.prefix_cache_queries);
   w.counter("kimi:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
             s.prefix_cache_hits);
+  if (s.spec_num_drafts > 0) {
+    w.counter("kimi:spec_decode_num_drafts_total", "Number of spec decoding drafts.", s.spec_num_drafts);
+    w.counter("kimi:spec_decode_num_draft_tokens_total", "Number of draft tokens.", s.spec_num_draft_tokens);
+    w.counter("kimi:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", s.spec_num_accepted_tokens);
+    const std::string per_pos = "kimi:spec_decode_num_accepted_tokens_per_pos_total";
+    w.header(per_pos, "counter", "Accepted tokens per draft's position.");
+    for (size_t j = 0; j < s.spec_accepted_per_pos.size(); ++j)
+      w.sample(per_pos, ",position=\"" + std::to_string(j) + "\"", std::to_string(s.spec_accepted_per_pos[j]));
+  }
   const std::string success = "kimi:request_success_total";
   w.header(success, "counter", "Count of successfully processed requests.");
   for (const auto& [reason, n] : s.request_success)

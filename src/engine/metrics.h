@@ -36,6 +36,15 @@ struct MetricsSnapshot {
   HistogramSnapshot time_to_first_token, inter_token_latency, e2e_request_latency;
   HistogramSnapshot request_prompt_tokens, request_generation_tokens;
   KvCacheInfo kv_cache;
+  // Speculative decoding (vLLM's spec_decode_* counters): verification steps with drafts, draft
+  // tokens verified, accepted, and accepted at each draft position (index 0: the first draft).
+  uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;
+  // Mean acceptance length: 1 + accepted / drafts (the bonus or replacement token counted), 0
+  // before any draft.
+  double spec_mean_acceptance_length() const {
+    return spec_num_drafts ? 1.0 + double(spec_num_accepted_tokens) / double(spec_num_drafts) : 0.0;
+  }
 };
 
 class Metrics {
@@ -58,6 +67,8 @@ class Metrics {
   void on_prefix_cache_query(int64_t queried_tokens, int64_t hit_tokens);
   void on_first_token(double seconds_since_arrival);   // time to first token
   void on_token(double seconds_since_prev);            // each later token: inter-token latency
+  // One request's verification: num_draft_tokens drafts verified, the first num_accepted kept.
+  void on_spec_decode(int64_t num_draft_tokens, int64_t num_accepted);
   // reason: "stop", "length" or "abort" (others get their own label value).
   void on_finished(std::string_view reason, double e2e_seconds, int64_t prompt_tokens, int64_t generation_tokens);
 

@@ -1,25 +1,32 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "structured/compile.h"
 
 namespace kimi {
 
-ModelRunner::ModelRunner(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab)
-    : model_(model), storage_(model.config(), kv.num_blocks, kv.block_size, kv.dtype), vocab_(std::move(vocab)) {
+ModelRunner::ModelRunner(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab,
+                         SpeculationSetup speculation)
+    : model_(model),
+      storage_(model.config(), kv.num_blocks, kv.block_size, kv.dtype),
+      vocab_(std::move(vocab)),
+      spec_(std::move(speculation)) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
+  if (spec_.proposer) proposer_layers_ = spec_.proposer->capture_layers();
 }
 
 void ModelRunner::add_prompt_logprobs(RequestState& st, const ScheduledRequest& s, const float* logits,
                                       RequestRunnerOutput& out) const {
   // Row k predicts token num_computed + k + 1; the prompt's first token has no logprob (as vLLM).
   const int64_t V = model_.config().vocab_size;
-  const int64_t prompt_len = int64_t(st.prompt.size());
+  const int64_t prompt_len = int64_t(st.prompt_len);
   for (int64_t k = 0; k < int64_t(s.token_ids.size()) && s.num_computed_tokens + k + 1 < prompt_len; ++k) {
     const int64_t pos = s.num_computed_tokens + k + 1;
     if (pos < st.prompt_logprobs_done) continue;
     st.prompt_logprobs_done = pos + 1;
-    const int32_t next = st.prompt[size_t(pos)];
+    const int32_t next = st.tokens[size_t(pos)];
     float lp = 0;
     auto top = top_logprobs({logits + k * V, size_t(V)}, *st.params.prompt_logprobs, &lp, next);
     top.insert(top.begin(), TokenLogprob{next, lp});  // the actual token first, then the top-k
@@ -27,11 +34,42 @@ void ModelRunner::add_prompt_logprobs(RequestState& st, const ScheduledRequest& 
   }
 }
 
+int64_t ModelRunner::sample(RequestState& st, const ScheduledRequest& s, const float* rows, RequestRunnerOutput& out) {
+  const int64_t V = model_.config().vocab_size;
+  std::vector<float> logits(static_cast<size_t>(V));
+  auto emit = [&](const SampleResult& r) {
+    if (st.matcher) {
+      if (st.constrained) st.matcher->accept_token(r.token);
+      else if (r.token == st.params.structured.start_after_token) st.constrained = true;
+    }
+    st.tokens.push_back(r.token);
+    out.sampled_token_ids.push_back(r.token);
+    if (st.params.logprobs) out.logprobs.push_back(r);
+  };
+  auto mask = [&]() -> std::span<const uint64_t> {
+    return st.matcher && st.constrained ? st.matcher->mask() : std::span<const uint64_t>();
+  };
+  // Row j of the drafts' rows predicts the token after draft j-1 (row 0: after the last token).
+  int64_t accepted = 0;
+  for (int32_t draft : s.draft_token_ids) {
+    std::copy(rows + accepted * V, rows + (accepted + 1) * V, logits.begin());
+    bool ok = false;
+    const SampleResult r = st.sampler->verify(logits, st.prompt(), st.output(), mask(), draft, ok);
+    emit(r);
+    if (!ok) return accepted;
+    ++accepted;
+  }
+  std::copy(rows + accepted * V, rows + (accepted + 1) * V, logits.begin());
+  emit(st.sampler->sample(logits, st.prompt(), st.output(), mask()));
+  return accepted;
+}
+
 ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
   for (const std::string& id : so.finished_request_ids) states_.erase(id);
   for (const NewRequestData& n : so.new_requests) {
     RequestState st;
-    st.prompt = n.prompt_token_ids;
+    st.tokens = n.prompt_token_ids;
+    st.prompt_len = n.prompt_token_ids.size();
     st.params = n.sampling_params;
     st.sampler = std::make_unique<Sampler>(n.sampling_params, n.seed, eos_ids_);
     if (const structured::StructuredSpec& spec = n.sampling_params.structured; spec.active()) {
@@ -49,46 +87,49 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
   if (so.empty()) return out;
   ForwardBatch batch;
   batch.capture_hidden_layers = so.capture_hidden_layers;
+  batch.capture_hidden_layers.insert(batch.capture_hidden_layers.end(), proposer_layers_.begin(), proposer_layers_.end());
   std::vector<RequestState*> states;
   std::vector<bool> want_prompt_logprobs;
-  for (const ScheduledRequest& s : so.scheduled) {
+  std::vector<std::vector<int32_t>> with_drafts(so.scheduled.size());  // token_ids + drafts, when there are drafts
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
     auto it = states_.find(s.request_id);
     if (it == states_.end()) throw Error("internal: the executor was never told about request '" + s.request_id + "'");
     RequestState& st = it->second;
     states.push_back(&st);
-    const int64_t n = int64_t(s.token_ids.size());
-    const bool prompt_lp = st.params.prompt_logprobs && s.num_computed_tokens + 1 < int64_t(st.prompt.size());
+    std::span<const int32_t> tokens = s.token_ids;
+    if (!s.draft_token_ids.empty()) {
+      if (!s.sample) throw Error("internal: drafts scheduled for a request that does not sample");
+      with_drafts[i] = s.token_ids;
+      with_drafts[i].insert(with_drafts[i].end(), s.draft_token_ids.begin(), s.draft_token_ids.end());
+      tokens = with_drafts[i];
+    }
+    const int64_t n = int64_t(tokens.size()), k = int64_t(s.draft_token_ids.size());
+    const bool prompt_lp = st.params.prompt_logprobs && s.num_computed_tokens + 1 < int64_t(st.prompt_len);
     want_prompt_logprobs.push_back(prompt_lp);
-    batch.seqs.push_back({.tokens = s.token_ids,
+    batch.seqs.push_back({.tokens = tokens,
                           .kv = storage_.view(s.block_ids, s.num_computed_tokens),
                           .embedding_offsets = s.embeddings.offsets,
                           .embedding_values = s.embeddings.values,
-                          .num_logits = prompt_lp ? n : (s.sample ? 1 : 0)});
+                          .num_logits = prompt_lp ? n : (s.sample ? 1 + k : 0)});
   }
   const ForwardResult fr = model_.forward(batch);
 
   const int64_t V = model_.config().vocab_size, D = model_.config().hidden_size;
+  std::vector<int64_t> verified(so.scheduled.size());  // positions whose KV is now final, per request
   int64_t row = 0, token_row = 0;
   for (size_t i = 0; i < so.scheduled.size(); ++i) {
     const ScheduledRequest& s = so.scheduled[i];
     RequestState& st = *states[i];
     RequestRunnerOutput ro;
     ro.request_id = s.request_id;
-    const int64_t n = int64_t(s.token_ids.size()), rows = batch.seqs[i].num_logits;
+    const int64_t n = int64_t(batch.seqs[i].tokens.size()), rows = batch.seqs[i].num_logits;
     if (want_prompt_logprobs[i]) add_prompt_logprobs(st, s, &fr.logits[size_t(row * V)], ro);
+    verified[i] = int64_t(s.token_ids.size());
     if (s.sample) {
-      const float* last = &fr.logits[size_t((row + rows - 1) * V)];
-      std::vector<float> logits(last, last + V);
-      std::span<const uint64_t> allowed;
-      if (st.matcher && st.constrained) allowed = st.matcher->mask();
-      const SampleResult r = st.sampler->sample(logits, st.prompt, st.output, allowed);
-      if (st.matcher) {
-        if (st.constrained) st.matcher->accept_token(r.token);
-        else if (r.token == st.params.structured.start_after_token) st.constrained = true;
-      }
-      st.output.push_back(r.token);
-      ro.sampled_token_ids.push_back(r.token);
-      if (st.params.logprobs) ro.logprobs.push_back(r);
+      const int64_t first_row = row + rows - 1 - int64_t(s.draft_token_ids.size());
+      ro.num_accepted_drafts = sample(st, s, &fr.logits[size_t(first_row * V)], ro);
+      verified[i] += ro.num_accepted_drafts;
     }
     for (size_t l = 0; l < so.capture_hidden_layers.size(); ++l) {
       const auto first = fr.hidden_states.begin() + ptrdiff_t((int64_t(l) * fr.num_tokens + token_row) * D);
@@ -98,7 +139,48 @@ ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
     token_row += n;
     out.requests.push_back(std::move(ro));
   }
+  if (spec_.proposer) propose(so, fr, verified, out);
   return out;
+}
+
+void ModelRunner::propose(const SchedulerOutput& so, const ForwardResult& fr, const std::vector<int64_t>& verified,
+                          ModelRunnerOutput& out) {
+  const int64_t D = model_.config().hidden_size, bs = storage_.block_size();
+  const size_t own_layers = so.capture_hidden_layers.size(), L = proposer_layers_.size();
+  const bool drafting = spec_.disable_by_batch_size <= 0 || int64_t(so.scheduled.size()) <= spec_.disable_by_batch_size;
+  std::vector<spec::ProposeRequest> requests(so.scheduled.size());
+  std::vector<std::vector<float>> hidden(so.scheduled.size());
+  int64_t token_row = 0;
+  for (size_t i = 0; i < so.scheduled.size(); ++i) {
+    const ScheduledRequest& s = so.scheduled[i];
+    const RequestState& st = states_.at(s.request_id);
+    const int64_t n_fwd = int64_t(s.token_ids.size() + s.draft_token_ids.size()), n = verified[i];
+    // The verified rows of this request in each of the proposer's layers (rejected drafts dropped).
+    hidden[i].resize(size_t(int64_t(L) * n * D));
+    for (size_t l = 0; l < L; ++l) {
+      const auto first = fr.hidden_states.begin() + ptrdiff_t((int64_t(own_layers + l) * fr.num_tokens + token_row) * D);
+      std::copy(first, first + ptrdiff_t(n * D), hidden[i].begin() + ptrdiff_t(int64_t(l) * n * D));
+    }
+    token_row += n_fwd;
+    spec::ProposeRequest& p = requests[i];
+    p.request_id = s.request_id;
+    p.tokens = st.tokens;
+    p.first_position = s.num_computed_tokens;
+    p.num_positions = n;
+    p.hidden_states = hidden[i];
+    p.block_ids = s.block_ids;
+    if (drafting && s.sample) {
+      // Draft j (from 0) is written at position last + j by a draft model: keep within the table.
+      const int64_t last = p.first_position + n, room = int64_t(s.block_ids.size()) * bs - last + 1;
+      p.num_drafts = std::clamp<int64_t>(room, 0, spec_.num_speculative_tokens);
+    }
+  }
+  std::vector<std::vector<int32_t>> drafts;
+  spec_.proposer->propose(requests, drafts);
+  for (size_t i = 0; i < requests.size() && i < drafts.size(); ++i) {
+    if (int64_t(drafts[i].size()) > requests[i].num_drafts) drafts[i].resize(size_t(requests[i].num_drafts));
+    out.requests[i].draft_token_ids = std::move(drafts[i]);
+  }
 }
 
 }  // namespace kimi

@@ -31,6 +31,7 @@ struct Request {
   int64_t num_cached_tokens = 0;    // of the prompt, found in the prefix cache at admission
   int64_t num_preemptions = 0;
   bool sent_to_executor = false;    // the executor holds its NewRequestData
+  std::vector<int32_t> draft_token_ids;  // proposed last step, to verify in the next
 
   int64_t num_tokens() const { return int64_t(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -131,8 +131,8 @@ Sampler::Sampler(const SamplingParams& p, uint64_t seed, std::vector<int32_t> eo
   }
 }
 
-SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output, std::span<const uint64_t> allowed) {
+void Sampler::process(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      std::span<const uint64_t> allowed) {
   const size_t vocab = logits.size();
   if (params_.logprobs) raw_.assign(logits.begin(), logits.end());
 
@@ -149,14 +149,48 @@ SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> p
       for (size_t j = 0; j < 64 && w * 64 + j < vocab; ++j)
         if (!((bits >> j) & 1)) logits[w * 64 + j] = kNegInf;
     }
+}
 
+SampleResult Sampler::result(int32_t token) {
   SampleResult res{};
-  res.token = params_.temperature < kGreedyBelow ? argmax(logits) : draw(logits);
+  res.token = token;
   if (params_.logprobs)
     res.top = top_logprobs(raw_, *params_.logprobs, &res.logprob, res.token);
   else
     res.logprob = std::numeric_limits<float>::quiet_NaN();
   return res;
+}
+
+SampleResult Sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output, std::span<const uint64_t> allowed) {
+  process(logits, prompt, output, allowed);
+  return result(params_.temperature < kGreedyBelow ? argmax(logits) : draw(logits));
+}
+
+SampleResult Sampler::verify(std::span<float> logits, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output, std::span<const uint64_t> allowed, int32_t draft,
+                             bool& accepted) {
+  process(logits, prompt, output, allowed);
+  if (params_.temperature < kGreedyBelow) {
+    const int32_t token = argmax(logits);
+    accepted = token == draft;
+    return result(token);
+  }
+  // The draft was chosen greedily (q is one-hot on it): accept it with probability p(draft),
+  // else draw from p with the draft removed, renormalised (max(0, p - q) normalised). The
+  // accepted-or-redrawn token is then distributed exactly as p.
+  accepted = false;
+  if (!weigh(logits)) return result(argmax(logits));
+  const size_t vocab = logits.size();
+  double total = 0;
+  for (float x : logits) total += double(x);
+  const double u = rng_.uniform();
+  if (in_vocab(draft, vocab) && u * total < double(logits[size_t(draft)])) {
+    accepted = true;
+    return result(draft);
+  }
+  if (in_vocab(draft, vocab)) logits[size_t(draft)] = 0.0f;
+  return result(pick(logits, rng_.uniform()));
 }
 
 void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
@@ -191,11 +225,9 @@ void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> 
   }
 }
 
-int32_t Sampler::draw(std::span<float> w) {
-  const size_t vocab = w.size();
+bool Sampler::weigh(std::span<float> w) {
   const float mx = row_max(w);
-  if (mx == kNegInf) return argmax(w);  // everything masked: nothing better to do
-
+  if (mx == kNegInf) return false;
   // The row becomes unnormalised probabilities exp((l - max) / T). The max has weight 1, so
   // min_p (relative to the top probability) is a plain threshold on the weight.
   const float inv_t = 1.0f / params_.temperature, min_p = params_.min_p;
@@ -204,9 +236,17 @@ int32_t Sampler::draw(std::span<float> w) {
     // Non-negative floats order as their bits: w >= min_p without a float comparison.
     x = select_bits(-uint32_t(std::bit_cast<int32_t>(e) >= std::bit_cast<int32_t>(min_p)), e, 0.0f);
   }
-  const double u = rng_.uniform();  // one per draw, whatever the settings: streams stay aligned
-  if ((params_.top_k > 0 && size_t(params_.top_k) < vocab) || params_.top_p < 1.0f) truncate(w);
+  if ((params_.top_k > 0 && size_t(params_.top_k) < w.size()) || params_.top_p < 1.0f) truncate(w);
+  return true;
+}
 
+int32_t Sampler::draw(std::span<float> w) {
+  if (!weigh(w)) return argmax(w);  // everything masked: nothing better to do
+  return pick(w, rng_.uniform());   // one draw per token, whatever the settings: streams stay aligned
+}
+
+int32_t Sampler::pick(std::span<const float> w, double u) {
+  const size_t vocab = w.size();
   block_sums_.resize((vocab + kBlock - 1) / kBlock);
   double total = 0;
   for (size_t b = 0; b < block_sums_.size(); ++b)

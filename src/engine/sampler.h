@@ -44,8 +44,20 @@ class Sampler {  // one per generated sequence; owns its random stream
   // it returns.
   SampleResult sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output,
                       std::span<const uint64_t> allowed = {});
+  // Speculative decoding: the token at a position where a proposer guessed `draft` (greedily).
+  // The same processing as sample(); at temperature 0 the target's argmax, accepted when it
+  // equals the draft; otherwise the draft is accepted with probability p(draft) and, when
+  // rejected, a token is drawn from p without it (Leviathan et al.'s rule for a one-hot draft
+  // distribution), so that the result is distributed exactly as sample()'s.
+  SampleResult verify(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output,
+                      std::span<const uint64_t> allowed, int32_t draft, bool& accepted);
 
  private:
+  void process(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output,
+               std::span<const uint64_t> allowed);
+  SampleResult result(int32_t token);  // with the logprobs asked for, from raw_
+  bool weigh(std::span<float> logits);  // logits -> kept weights (temperature, min_p, top-k/p); false: all masked
+  int32_t pick(std::span<const float> weights, double u);
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
   int32_t draw(std::span<float> logits);
   void truncate(std::span<float> weights);  // top-k and top-p: zeroes the weights cut off

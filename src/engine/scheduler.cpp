@@ -61,6 +61,7 @@ Request* Scheduler::pick_victim() const {
 
 void Scheduler::preempt(Request* r) {
   std::erase(running_, r);
+  r->draft_token_ids.clear();
   kv_.free(*r);
   ++r->num_preemptions;
   ++num_preemptions_;
@@ -68,7 +69,20 @@ void Scheduler::preempt(Request* r) {
   r->status = RequestStatus::Preempted;
 }
 
-ScheduledRequest Scheduler::make_scheduled(Request& r, int64_t n, SchedulerOutput& so) {
+int64_t Scheduler::drafts_to_verify(const Request& r, int64_t budget) const {
+  if (r.draft_token_ids.empty() || r.num_tokens() - r.num_computed_tokens != 1) return 0;
+  // Verifying k drafts yields up to k + 1 tokens: stay within max_tokens and the context window.
+  const int64_t by_max_tokens = r.params.max_tokens - int64_t(r.output.size()) - 1;
+  const int64_t by_context = config_.max_model_len - r.num_tokens() - 1;
+  return std::max<int64_t>(0, std::min({int64_t(r.draft_token_ids.size()), by_max_tokens, by_context, budget - 1}));
+}
+
+int64_t Scheduler::lookahead(const Request& r, int64_t n) const {
+  // Positions past max_model_len are never written, so the table never outgrows one full sequence.
+  return std::clamp<int64_t>(config_.max_model_len - r.num_computed_tokens - n, 0, config_.num_lookahead_tokens);
+}
+
+ScheduledRequest Scheduler::make_scheduled(Request& r, int64_t n, int64_t num_drafts, SchedulerOutput& so) {
   if (!r.sent_to_executor) {
     so.new_requests.push_back({r.id, r.prompt, r.params, r.seed});
     r.sent_to_executor = true;
@@ -81,14 +95,19 @@ ScheduledRequest Scheduler::make_scheduled(Request& r, int64_t n, SchedulerOutpu
   const auto blocks = kv_.block_ids(r.id);
   s.block_ids.assign(blocks.begin(), blocks.end());
   s.sample = r.num_computed_tokens + n == r.num_tokens();
-  so.num_scheduled_tokens += n;
+  s.draft_token_ids.assign(r.draft_token_ids.begin(), r.draft_token_ids.begin() + num_drafts);
+  so.num_scheduled_tokens += n + num_drafts;
   return s;
 }
 
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
-  std::vector<std::pair<Request*, int64_t>> picked;
+  struct Picked {
+    Request* r;
+    int64_t n, drafts;
+  };
+  std::vector<Picked> picked;
   bool preempted = false;
 
   // Running requests, in priority order so that preemption takes from the back.
@@ -100,8 +119,9 @@ SchedulerOutput Scheduler::schedule() {
       ++i;
       continue;
     }
+    const int64_t drafts = drafts_to_verify(*r, budget);
     bool scheduled = true;
-    while (!kv_.allocate_slots(*r, n)) {
+    while (!kv_.allocate_slots(*r, n + drafts, nullptr, lookahead(*r, n + drafts))) {
       // running_ is sorted, so the victim is the last one: never a request already picked.
       Request* victim = pick_victim();
       preempt(victim);
@@ -112,8 +132,8 @@ SchedulerOutput Scheduler::schedule() {
       }
     }
     if (!scheduled) continue;  // r left running_: index i now names the next request
-    picked.emplace_back(r, n);
-    budget -= n;
+    picked.push_back({r, n, drafts});
+    budget -= n + drafts;
     ++i;
   }
 
@@ -123,7 +143,7 @@ SchedulerOutput Scheduler::schedule() {
     KvCacheManager::PrefixHit hit;
     if (r->num_computed_tokens == 0) hit = kv_.find_cached_prefix(*r);
     const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens - hit.tokens(), budget);
-    if (!kv_.allocate_slots(*r, n, &hit)) break;  // wait for blocks to come free
+    if (!kv_.allocate_slots(*r, n, &hit, lookahead(*r, hit.tokens() + n))) break;  // wait for blocks to come free
     if (r->status == RequestStatus::Waiting) {   // first admission, not a resumed preemption
       r->num_cached_tokens = hit.tokens();
       prefix_queries_ += int64_t(r->prompt.size());
@@ -132,11 +152,14 @@ SchedulerOutput Scheduler::schedule() {
     waiting_.pop_front();
     r->status = RequestStatus::Running;
     running_.push_back(r);
-    picked.emplace_back(r, n);
+    picked.push_back({r, n, 0});
     budget -= n;
   }
 
-  for (auto [r, n] : picked) out.scheduled.push_back(make_scheduled(*r, n, out));
+  for (const Picked& p : picked) {
+    out.scheduled.push_back(make_scheduled(*p.r, p.n, p.drafts, out));
+    p.r->draft_token_ids.clear();  // verified now, or dropped: the next step has new ones
+  }
   out.finished_request_ids = std::move(finished_since_last_step_);
   finished_since_last_step_.clear();
   return out;
@@ -168,8 +191,12 @@ std::vector<EngineCoreOutput> Scheduler::update_from_output(const SchedulerOutpu
     auto it = requests_.find(s.request_id);
     if (it == requests_.end() || ro.request_id != s.request_id) continue;  // ended meanwhile
     Request& r = *it->second;
-    r.num_computed_tokens = s.num_computed_tokens + int64_t(s.token_ids.size());
-    kv_.cache_blocks(r, r.num_computed_tokens);  // every computed token is final (no drafts yet)
+    // The scheduled tokens and the accepted drafts have final KV rows; rejected drafts' rows are
+    // past num_computed_tokens, to be overwritten.
+    const int64_t accepted = std::clamp<int64_t>(ro.num_accepted_drafts, 0, int64_t(s.draft_token_ids.size()));
+    r.num_computed_tokens = s.num_computed_tokens + int64_t(s.token_ids.size()) + accepted;
+    kv_.cache_blocks(r, r.num_computed_tokens);
+    r.draft_token_ids = ro.draft_token_ids;
 
     EngineCoreOutput o;
     o.request_id = r.id;

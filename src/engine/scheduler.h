@@ -4,10 +4,12 @@
 // then waiting ones in priority/arrival order, within --max-num-seqs sequences and
 // --max-num-batched-tokens tokens; when the KV cache runs out, the lowest-priority (else newest)
 // running request is preempted: its blocks are freed and it goes back to the queue, to be
-// recomputed later. The result is plain data (scheduler_output.h) for the executor.
+// recomputed later. A decoding request with draft tokens from the last step verifies them in the
+// same step (its last token and the drafts, counted against the token budget). The result is plain data (scheduler_output.h) for the executor.
 // update_from_output(): advances each request by what the executor computed and sampled, checks
 // the token-level stops (EOS, stop_token_ids, max_tokens, max_model_len), registers the blocks
-// whose tokens are final in the prefix cache, and frees finished requests.
+// whose tokens are final in the prefix cache (accepted drafts included, rejected ones never),
+// and frees finished requests.
 // Stop strings are the front end's (output_processor.h): it calls finish_requests().
 #include <cstdint>
 #include <deque>
@@ -27,6 +29,9 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 4096;
   bool priority_policy = false;  // false: FCFS (vLLM's default); true: by `priority`, then arrival
+  // Speculative decoding: room kept ahead of each request for the draft tokens a proposer may
+  // write (its num_speculative_tokens); 0: none.
+  int64_t num_lookahead_tokens = 0;
 };
 
 // What a step did to one request, for the front end (vLLM's EngineCoreOutput).
@@ -70,7 +75,10 @@ class Scheduler {
   Request* pick_victim() const;
   void preempt(Request* r);
   void finish(Request& r, FinishReason reason);
-  ScheduledRequest make_scheduled(Request& r, int64_t n, SchedulerOutput& so);
+  ScheduledRequest make_scheduled(Request& r, int64_t n, int64_t num_drafts, SchedulerOutput& so);
+  // The drafts r can verify this step: those proposed, within max_tokens, max_model_len and budget.
+  int64_t drafts_to_verify(const Request& r, int64_t budget) const;
+  int64_t lookahead(const Request& r, int64_t n) const;
   // Whether r's newest token ends it (EOS, stop_token_ids, max_tokens, max_model_len).
   FinishReason check_stop(Request& r) const;
 

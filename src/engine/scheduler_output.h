@@ -61,6 +61,11 @@ struct RequestRunnerOutput {
   std::vector<std::vector<TokenLogprob>> prompt_logprobs;
   // [capture_hidden_layers.size()][token_ids.size()][hidden_size], when asked for.
   std::vector<float> hidden_states;
+  // With speculative decoding: sampled_token_ids are the accepted drafts, then the token that
+  // replaced the first rejected one or the bonus token; draft_token_ids are the proposer's guesses
+  // for the next step (verified then, after the last sampled token).
+  int64_t num_accepted_drafts = 0;
+  std::vector<int32_t> draft_token_ids;
 };
 
 struct ModelRunnerOutput {

@@ -1,0 +1,73 @@
+#include "bench/speculative_steps.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "spec/proposer_factory.h"
+
+namespace kimi {
+
+namespace {
+
+constexpr int kRepeats = 15;  // the median of this many: single steps are short and noisy
+
+template <class F>
+double median_seconds(F&& f) {
+  std::vector<double> t;
+  for (int i = 0; i < kRepeats; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::nth_element(t.begin(), t.begin() + kRepeats / 2, t.end());
+  return t[kRepeats / 2];
+}
+
+}  // namespace
+
+void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& config, const std::vector<int32_t>& prompt,
+                               const LatencyOptions& o, LatencyResult& r) {
+  SpeculativeFigures& f = r.speculative;
+  const ModelConfig& c = model.config();
+  const int64_t k = config.num_speculative_tokens, ctx = int64_t(prompt.size());
+  // The target's steps, at the end of the prompt: each overwrites the same rows after it.
+  KvCache cache(c, ctx + k + 1, o.kv_cache_dtype);
+  forward_sequence(model, std::span<const int32_t>(prompt).first(size_t(ctx - 1)), cache);
+  const std::vector<int32_t> step(prompt.end() - 1, prompt.end());
+  std::vector<int32_t> verify = step;
+  for (int64_t j = 0; j < k; ++j) verify.push_back(prompt[size_t(j % ctx)]);
+  auto run = [&](const std::vector<int32_t>& tokens) {
+    ForwardBatch fb;
+    fb.seqs.push_back({.tokens = tokens, .kv = cache.view(), .num_logits = int64_t(tokens.size())});
+    model.forward(fb);
+  };
+  f.plain_step_seconds = median_seconds([&] { run(step); });
+  f.verify_step_seconds = median_seconds([&] { run(verify); });
+
+  // One draft token for one sequence: a draft model runs one position; n-gram scans the prompt.
+  const int64_t block_size = 16, blocks = (ctx + k + block_size) / block_size + 1;
+  const std::unique_ptr<spec::Proposer> proposer = spec::make_proposer(config, model, blocks, block_size);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
+  const std::vector<int64_t> layers = proposer->capture_layers();
+  const std::vector<float> hidden(layers.size() * size_t(c.hidden_size), 0.01f);
+  spec::ProposeRequest req;
+  req.request_id = "bench";
+  req.tokens = prompt;
+  req.first_position = ctx - 2;
+  req.num_positions = 1;
+  req.hidden_states = hidden;
+  req.block_ids = table;
+  req.num_drafts = 1;
+  std::vector<std::vector<int32_t>> drafts;
+  f.draft_step_seconds = median_seconds([&] { proposer->propose({&req, 1}, drafts); });
+
+  // Steps with drafts verify and then draft k tokens; the others (no proposal, e.g. no n-gram
+  // match) are plain steps that asked the proposer once. output_len decode tokens came out of them.
+  const int64_t from_drafts = f.drafts + f.accepted;
+  const int64_t plain_steps = std::max<int64_t>(0, o.output_len - from_drafts);
+  f.predicted_decode_seconds = double(f.drafts) * (f.verify_step_seconds + double(k) * f.draft_step_seconds) +
+                               double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds);
+}
+
+}  // namespace kimi
