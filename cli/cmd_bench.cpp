@@ -27,7 +27,7 @@ std::vector<int32_t> prompt_file_ids(const Args& a) {
 
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
-                "kv-cache-dtype", "batch", "speculative-config", "num-speculative-tokens", "prompt-file"},
+                "kv-cache-dtype", "batch", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
@@ -36,7 +36,7 @@ int run_latency(int argc, char** argv) {
         "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
         "                          [--breakdown [--batch N[,N...]]]\n"
         "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
-        "                          [--prompt-file FILE]\n\n"
+        "                          [--prompt-file FILE] [--num-prompts N]\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
@@ -52,7 +52,9 @@ int run_latency(int argc, char** argv) {
         "repeats each with those draft counts. Speculative variants print the acceptance length,\n"
         "the times of a plain, a verification and a draft step, and the decode speed they predict.\n"
         "--prompt-file takes the prompt from a text file (its first --input-len tokens, with the\n"
-        "model's tokenizer) instead of random ids: drafts are only accepted on real text.\n");
+        "model's tokenizer) instead of random ids: drafts are only accepted on real text.\n"
+        "--num-prompts N runs N prompts (slices spread over the file, or random) per iteration and\n"
+        "reports the mean per prompt.\n");
     return 0;
   }
   LatencyOptions o;
@@ -71,6 +73,7 @@ int run_latency(int argc, char** argv) {
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if (a.has("batch") && !a.has("breakdown")) throw Error("bench latency: --batch goes with --breakdown");
   if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
+  o.num_prompts = a.get_int("num-prompts", 1);
   std::vector<spec::SpeculativeConfig> speculative;
   if (a.has("speculative-config")) {
     const std::string text = a.get("speculative-config", "");

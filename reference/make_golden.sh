@@ -24,3 +24,6 @@ mini_out=$here/../tests/data/golden/mini
   --prompt-ids 425,666,2377,811,115,1138,466,266,686,2039,44,310,266,846,1415,2295,2209,1008,291,3733,343,46 \
   --prompt-ids 3599,1263,45,841,291,811,258,666,46,412,613,1940,1558,283,1446,331,103,278,44,595,714,343,378,434,2118,392,372,266,1558,863,46
 echo "golden logits written to $mini_out"
+# The Eagle3 draft of mini on mini's captured hidden states (tests/test_eagle3_draft.cpp).
+/usr/bin/python3 "$here/eagle3_golden.py"
+echo "Eagle3 golden written to $here/../tests/data/golden/mini-eagle3"

@@ -16,25 +16,42 @@ namespace kimi {
 
 namespace {
 
-// One prompt of ordinary (non-special) ids: the top 256 of the vocabulary are the special block.
-std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o) {
+// The prompts: input_len-token slices of the given text spread over it, or ordinary (non-special)
+// random ids (the top 256 of the vocabulary are the special block), one seed per prompt.
+std::vector<std::vector<int32_t>> bench_prompts(const ModelConfig& c, const LatencyOptions& o) {
+  if (o.num_prompts < 1) throw Error("bench latency: --num-prompts must be positive");
+  std::vector<std::vector<int32_t>> out;
   if (!o.prompt.empty()) {
-    if (int64_t(o.prompt.size()) < o.input_len)
-      throw Error("bench latency: the prompt has " + std::to_string(o.prompt.size()) + " tokens, fewer than --input-len");
-    return {o.prompt.begin(), o.prompt.begin() + o.input_len};
+    const int64_t n = int64_t(o.prompt.size());
+    if (n < o.input_len)
+      throw Error("bench latency: the prompt has " + std::to_string(n) + " tokens, fewer than --input-len");
+    for (int64_t i = 0; i < o.num_prompts; ++i) {
+      const int64_t at = (n - o.input_len) * i / o.num_prompts;
+      out.emplace_back(o.prompt.begin() + at, o.prompt.begin() + at + o.input_len);
+    }
+    return out;
   }
-  Rng rng(o.seed);
-  std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
   const int64_t ordinary = std::max<int64_t>(1, c.vocab_size - 256);
-  for (auto& t : prompt) t = int32_t(rng.next_u64() % uint64_t(ordinary));
-  return prompt;
+  for (int64_t i = 0; i < o.num_prompts; ++i) {
+    Rng rng(o.seed + uint64_t(i));
+    std::vector<int32_t> prompt(static_cast<size_t>(o.input_len));
+    for (auto& t : prompt) t = int32_t(rng.next_u64() % uint64_t(ordinary));
+    out.push_back(std::move(prompt));
+  }
+  return out;
 }
 
-// One timed prefill + greedy decode through the engine (the path `kimi generate` and the server
-// take); keeps the best times in r. The prefill step yields the first token, then output_len
-// decode steps follow, each one token.
-void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOptions& o, KvCacheDtype kv_dtype,
-               LatencyResult& r, const spec::SpeculativeConfig& speculative = {}) {
+std::vector<int32_t> random_prompt(const ModelConfig& c, const LatencyOptions& o) {
+  LatencyOptions one = o;
+  one.num_prompts = 1;
+  return bench_prompts(c, one)[0];
+}
+
+// One timed iteration: each prompt's prefill + greedy decode through the engine (the path `kimi
+// generate` and the server take), one after the other; keeps the best iteration's mean times
+// per prompt in r. The prefill step yields the first token, then output_len decode steps follow.
+void time_once(Model& model, const std::vector<std::vector<int32_t>>& prompts, const LatencyOptions& o,
+               KvCacheDtype kv_dtype, LatencyResult& r, const spec::SpeculativeConfig& speculative = {}) {
   EngineConfig config = single_sequence_config(o.input_len + o.output_len + 1, /*enable_prefix_caching=*/false);
   config.kv_cache_dtype = kv_dtype;
   config.speculative = speculative;
@@ -43,16 +60,25 @@ void time_once(Model& model, const std::vector<int32_t>& prompt, const LatencyOp
   p.temperature = 0;
   p.ignore_eos = true;
   p.max_tokens = o.output_len + 1;
-  const GenerationStats st = generate_stream(engine, prompt, p, [](int32_t) { return true; });
-  if (st.generated != o.output_len + 1) throw Error("bench latency: the engine generated " + std::to_string(st.generated) + " tokens");
-  r.prefill_seconds = std::min(r.prefill_seconds, st.prefill_seconds);
-  if (st.decode_seconds < r.decode_seconds) {
-    r.decode_seconds = st.decode_seconds;
-    r.speculative.k = speculative.num_speculative_tokens;
-    r.speculative.drafts = st.spec_drafts;
-    r.speculative.draft_tokens = st.spec_draft_tokens;
-    r.speculative.accepted = st.spec_accepted_tokens;
-    r.speculative.acceptance_length = st.acceptance_length();
+  double prefill = 0, decode = 0;
+  SpeculativeFigures f;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    const GenerationStats st = generate_stream(engine, prompt, p, [](int32_t) { return true; });
+    if (st.generated != o.output_len + 1)
+      throw Error("bench latency: the engine generated " + std::to_string(st.generated) + " tokens");
+    prefill += st.prefill_seconds;
+    decode += st.decode_seconds;
+    f.drafts += st.spec_drafts;
+    f.draft_tokens += st.spec_draft_tokens;
+    f.accepted += st.spec_accepted_tokens;
+  }
+  const double n = double(prompts.size());
+  r.prefill_seconds = std::min(r.prefill_seconds, prefill / n);
+  if (decode / n < r.decode_seconds) {
+    r.decode_seconds = decode / n;
+    f.k = speculative.num_speculative_tokens;
+    f.acceptance_length = f.drafts ? 1.0 + double(f.accepted) / double(f.drafts) : 0.0;
+    r.speculative = f;
   }
 }
 
@@ -79,10 +105,10 @@ void check_options(const LatencyOptions& o) {
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   check_options(o);
-  const std::vector<int32_t> prompt = random_prompt(model.config(), o);
+  const std::vector<std::vector<int32_t>> prompts = bench_prompts(model.config(), o);
   LatencyResult r;
   r.prefill_seconds = r.decode_seconds = 1e30;
-  for (int it = 0; it < o.iterations; ++it) time_once(model, prompt, o, o.kv_cache_dtype, r);
+  for (int it = 0; it < o.iterations; ++it) time_once(model, prompts, o, o.kv_cache_dtype, r);
   if (o.measure_limits) {
     r.read_bandwidth = measure_read_bandwidth(model.pool());
     r.matmul_peak_flops = measure_matmul_flops(model.pool());
@@ -94,12 +120,12 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
 void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& o) {
   check_options(o);
   if (variants.empty()) return;
-  const std::vector<int32_t> prompt = random_prompt(variants[0].model->config(), o);
+  const std::vector<std::vector<int32_t>> prompts = bench_prompts(variants[0].model->config(), o);
   for (LatencyVariant& v : variants) v.result.prefill_seconds = v.result.decode_seconds = 1e30;
   for (int it = 0; it < o.iterations; ++it)
-    for (LatencyVariant& v : variants) time_once(*v.model, prompt, o, v.kv_cache_dtype, v.result, v.speculative);
+    for (LatencyVariant& v : variants) time_once(*v.model, prompts, o, v.kv_cache_dtype, v.result, v.speculative);
   for (LatencyVariant& v : variants)
-    if (v.speculative.enabled()) measure_speculative_steps(*v.model, v.speculative, prompt, o, v.result);
+    if (v.speculative.enabled()) measure_speculative_steps(*v.model, v.speculative, prompts[0], o, v.result);
   double bw = 0, peak = 0;
   if (o.measure_limits) {
     bw = measure_read_bandwidth(variants[0].model->pool());

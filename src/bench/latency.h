@@ -20,7 +20,8 @@ struct LatencyOptions {
   uint64_t seed = 0;
   bool measure_limits = true;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
-  std::vector<int32_t> prompt;  // the prompt's ids (its first input_len); empty: random ids
+  std::vector<int32_t> prompt;  // a text's ids (prompts are input_len slices of it); empty: random ids
+  int64_t num_prompts = 1;      // each iteration runs this many prompts one after the other (means reported)
 };
 
 // A speculative variant's own figures: the drafts of its best iteration, and the times of the
@@ -28,7 +29,7 @@ struct LatencyOptions {
 // predicted (so that what the engine adds around them shows as the gap to the measured speed).
 struct SpeculativeFigures {
   int64_t k = 0;                          // num_speculative_tokens
-  int64_t drafts = 0, draft_tokens = 0, accepted = 0;
+  int64_t drafts = 0, draft_tokens = 0, accepted = 0;  // over all the prompts of the best iteration
   double acceptance_length = 0;           // 1 + accepted / drafts
   double plain_step_seconds = 0;          // target forward of 1 token
   double verify_step_seconds = 0;         // target forward of k + 1 tokens

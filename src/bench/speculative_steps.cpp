@@ -64,10 +64,12 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
 
   // Steps with drafts verify and then draft k tokens; the others (no proposal, e.g. no n-gram
   // match) are plain steps that asked the proposer once. output_len decode tokens came out of them.
+  // Counts are over num_prompts prompts; the prediction is per prompt, as r.decode_seconds.
   const int64_t from_drafts = f.drafts + f.accepted;
-  const int64_t plain_steps = std::max<int64_t>(0, o.output_len - from_drafts);
-  f.predicted_decode_seconds = double(f.drafts) * (f.verify_step_seconds + double(k) * f.draft_step_seconds) +
-                               double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds);
+  const int64_t plain_steps = std::max<int64_t>(0, o.output_len * o.num_prompts - from_drafts);
+  f.predicted_decode_seconds = (double(f.drafts) * (f.verify_step_seconds + double(k) * f.draft_step_seconds) +
+                                double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds)) /
+                               double(o.num_prompts);
 }
 
 }  // namespace kimi

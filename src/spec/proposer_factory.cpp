@@ -1,17 +1,19 @@
 #include "spec/proposer_factory.h"
 
 #include "common/error.h"
+#include "spec/eagle3_proposer.h"
 #include "spec/ngram_proposer.h"
 
 namespace kimi::spec {
 
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, Model& target, int64_t num_blocks,
                                         int64_t block_size) {
-  (void)target;
-  (void)num_blocks;
-  (void)block_size;
   switch (c.method) {
     case Method::Ngram: return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+    case Method::Eagle3:
+      // The draft shares the target's threads and, when it has none of its own, its embeddings.
+      return std::make_unique<Eagle3Proposer>(c.model, target.config(), target.pool(),
+                                              Eagle3ProposerOptions{num_blocks, block_size, &target.weights().embed});
     case Method::None: return nullptr;
     default: break;
   }
