@@ -1,9 +1,15 @@
 #pragma once
 // Type-swap mutations of a request body for the API translation tests: every value in the body
-// (at any depth) replaced in turn by each of a few values of other JSON types.
+// (at any depth) replaced in turn by each of a few values of other JSON types, and the check that
+// a translation either accepts each of them or answers a 400.
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "server/api_error.h"
 
 namespace kimi::test {
 
@@ -31,6 +37,30 @@ inline size_t for_each_type_swap(const nlohmann::ordered_json& body,
       ++n;
     }
   return n;
+}
+
+// Runs every mutation of `body` through each of `translations` (the API's request to a chat
+// request and the chat parser after it): each run either passes or throws an ApiError 400, never
+// another exception (a JSON type error would be a 500). At least one run must pass, and there
+// must be more than 300 mutations (the body covers the API's fields).
+inline void expect_type_swaps_accepted_or_400(
+    const nlohmann::ordered_json& body,
+    const std::vector<std::function<void(const nlohmann::ordered_json&)>>& translations) {
+  size_t accepted = 0;
+  const size_t n = for_each_type_swap(body, [&](const nlohmann::ordered_json& m) {
+    for (const auto& translate : translations) {
+      try {
+        translate(m);
+        ++accepted;
+      } catch (const ApiError& e) {
+        EXPECT_EQ(e.status(), 400) << m.dump();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what() << " for " << m.dump();
+      }
+    }
+  });
+  EXPECT_GT(n, 300u);
+  EXPECT_GT(accepted, 0u);
 }
 
 }  // namespace kimi::test

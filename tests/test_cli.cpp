@@ -1,11 +1,8 @@
 // The `kimi` binary end to end: make-model, generate, bench latency, and its errors.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 
@@ -14,42 +11,26 @@
 namespace kimi {
 namespace {
 
-struct CmdResult {
-  int status;
-  std::string out;  // stdout and stderr
-};
-
-CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 TEST(Cli, MakeModelThenGenerateGreedily) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  CmdResult r = run("make-model " + dir + " --preset tiny");
+  test::CmdResult r = test::run_kimi("make-model " + dir + " --preset tiny");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("139 tensors"), std::string::npos) << r.out;
 
-  r = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --threads 2");
+  r = test::run_kimi("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --threads 2");
   ASSERT_EQ(r.status, 0) << r.out;
   std::istringstream first_line(r.out.substr(0, r.out.find('\n')));
   std::vector<int> ids;
   for (int x; first_line >> x;) ids.push_back(x);
   EXPECT_EQ(ids.size(), 6u) << r.out;
   // Greedy is deterministic, and the same whichever attention form decodes.
-  const CmdResult again = run("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --attention naive");
+  const test::CmdResult again = test::run_kimi("generate --model " + dir + " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --attention naive");
   EXPECT_EQ(again.out.substr(0, again.out.find('\n')), r.out.substr(0, r.out.find('\n')));
 
   // --json (what bench/llama_cpp_compare reads): the same ids, the thread count and the timings;
   // --warmup changes nothing but the timing.
-  const CmdResult js = run("generate --model " + dir +
+  const test::CmdResult js = test::run_kimi("generate --model " + dir +
                            " --prompt-ids 17,923,4,511 --max-tokens 6 --ignore-eos --threads 2 --warmup --json");
   ASSERT_EQ(js.status, 0) << js.out;
   const nlohmann::json j = nlohmann::json::parse(js.out);
@@ -63,18 +44,18 @@ TEST(Cli, MakeModelThenGenerateGreedily) {
 TEST(Cli, TextInTextOut) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  ASSERT_EQ(run("make-model " + dir).status, 0);
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
   // make-model ships a tokenizer and a chat template, so the model takes text end to end.
-  CmdResult r = run("generate --model " + dir + " --prompt 'The GNU General Public License' --max-tokens 5 --ignore-eos");
+  test::CmdResult r = test::run_kimi("generate --model " + dir + " --prompt 'The GNU General Public License' --max-tokens 5 --ignore-eos");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("generated: 5 tokens"), std::string::npos) << r.out;
-  r = run("tokenize --model " + dir + " --text 'Hello world'");
+  r = test::run_kimi("tokenize --model " + dir + " --text 'Hello world'");
   ASSERT_EQ(r.status, 0) << r.out;
-  r = run("chat --model " + dir + " --max-tokens 4 --no-thinking < /dev/null");
+  r = test::run_kimi("chat --model " + dir + " --max-tokens 4 --no-thinking < /dev/null");
   EXPECT_EQ(r.status, 0) << r.out;
   const std::string script = (d.path() / "in.txt").string();
   std::ofstream(script) << "Hello there\n/reset\nAgain\n";
-  r = run("chat --model " + dir + " --max-tokens 4 --temperature 0 < " + script);
+  r = test::run_kimi("chat --model " + dir + " --max-tokens 4 --temperature 0 < " + script);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("(conversation reset)"), std::string::npos) << r.out;
 }
@@ -82,8 +63,8 @@ TEST(Cli, TextInTextOut) {
 TEST(Cli, BenchLatencyReportsRooflineFractions) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  ASSERT_EQ(run("make-model " + dir).status, 0);
-  const CmdResult r = run("bench latency --model " + dir + " --input-len 16 --output-len 4 --num-iters 1");
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  const test::CmdResult r = test::run_kimi("bench latency --model " + dir + " --input-len 16 --output-len 4 --num-iters 1");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("decode:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of roofline"), std::string::npos) << r.out;
@@ -92,9 +73,9 @@ TEST(Cli, BenchLatencyReportsRooflineFractions) {
 TEST(Cli, BenchLatencyComparesQuantizationsInOneRun) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  ASSERT_EQ(run("make-model " + dir).status, 0);
-  const CmdResult r =
-      run("bench latency --model " + dir + " --input-len 8 --output-len 4 --num-iters 1 --quantization none,int4,w8a8");
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  const test::CmdResult r =
+      test::run_kimi("bench latency --model " + dir + " --input-len 8 --output-len 4 --num-iters 1 --quantization none,int4,w8a8");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* row : {"\nfloat ", "\nint4 ", "\nw8a8 "}) EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
   EXPECT_NE(r.out.find("linears quantized on load (int4)"), std::string::npos) << r.out;
@@ -103,8 +84,8 @@ TEST(Cli, BenchLatencyComparesQuantizationsInOneRun) {
 TEST(Cli, BenchLatencyComparesKvCacheDtypesInOneRun) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  ASSERT_EQ(run("make-model " + dir).status, 0);
-  const CmdResult r = run("bench latency --model " + dir +
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  const test::CmdResult r = test::run_kimi("bench latency --model " + dir +
                           " --input-len 8 --output-len 4 --num-iters 1 --kv-cache-dtype float32,bfloat16,fp8");
   ASSERT_EQ(r.status, 0) << r.out;
   // The tiny preset's rows: 32 latent + 8 rope values; 160 / 80 / 40 + 8 (fp8 scales) bytes per
@@ -112,15 +93,15 @@ TEST(Cli, BenchLatencyComparesKvCacheDtypesInOneRun) {
   for (const char* row : {"\nkv float32 ", "\nkv bfloat16 ", "\nkv fp8_e4m3 ", " 480 ", " 240 ", " 144 ", "0.500x",
                           "0.300x"})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
-  EXPECT_NE(run("bench latency --model " + dir + " --input-len 8 --output-len 2 --num-iters 1 --kv-cache-dtype fp16").status,
+  EXPECT_NE(test::run_kimi("bench latency --model " + dir + " --input-len 8 --output-len 2 --num-iters 1 --kv-cache-dtype fp16").status,
             0);
 }
 
 TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();
-  ASSERT_EQ(run("make-model " + dir).status, 0);
-  const CmdResult r = run("bench throughput --model " + dir + " --concurrency 1,4 --input-len 8 --output-len 4");
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  const test::CmdResult r = test::run_kimi("bench throughput --model " + dir + " --concurrency 1,4 --input-len 8 --output-len 4");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("matmul peak measured in the same run"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of peak"), std::string::npos) << r.out;
@@ -129,19 +110,19 @@ TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
 
 TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {
   test::TempDir d;
-  CmdResult r = run("generate --model " + (d.path() / "missing").string() + " --prompt-ids 1");
+  test::CmdResult r = test::run_kimi("generate --model " + (d.path() / "missing").string() + " --prompt-ids 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("config.json"), std::string::npos) << r.out;
-  r = run("generate --model x --prompt-ids 1,a");
+  r = test::run_kimi("generate --model x --prompt-ids 1,a");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("--prompt-ids"), std::string::npos) << r.out;
-  r = run("generate --bogus");
+  r = test::run_kimi("generate --bogus");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown option --bogus"), std::string::npos) << r.out;
-  r = run("make-model " + (d.path() / "m").string() + " --preset nope");
+  r = test::run_kimi("make-model " + (d.path() / "m").string() + " --preset nope");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown preset"), std::string::npos) << r.out;
-  r = run("frobnicate");
+  r = test::run_kimi("frobnicate");
   EXPECT_EQ(r.status, 1);
 }
 

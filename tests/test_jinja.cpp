@@ -5,13 +5,10 @@
 // or the fact that it raised; jinja2_cases.py regenerates and re-checks that file.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
 
 #include "common/error.h"
 #include "test_util.h"
@@ -374,17 +371,10 @@ TEST(ChatTemplate, RenderTemplateCommand) {
   std::ofstream(cases) << R"([{"name": "a", "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true,
                                "kwargs": {"thinking": false}},
                               {"name": "b", "messages": "not a list"}])";
-  const std::string cmd = std::string(KIMI_BINARY) + " render-template --template " + kTemplatesDir +
-                          "/kimi-k25.jinja --input " + cases + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
-  const ordered_json r = ordered_json::parse(out);
+  const test::CmdResult run =
+      test::run_kimi("render-template --template " + kTemplatesDir + "/kimi-k25.jinja --input " + cases);
+  ASSERT_EQ(run.status, 0) << run.out;
+  const ordered_json r = ordered_json::parse(run.out);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0]["output"],
             "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"

@@ -6,14 +6,13 @@
 #include <string>
 #include <vector>
 
-#include "engine/async_engine.h"
-#include "model/kv_cache.h"
 #include "server/api_error.h"
 #include "server/json_body.h"
 #include "server/openai_protocol.h"
 #include "server/messages_api.h"
 #include "server/serving.h"
 #include "api_mutations.h"
+#include "chat_bridge_fixture.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -21,25 +20,6 @@ namespace {
 
 ojson translate(const std::string& body, bool count_only = false) {
   return messages_to_chat_body(parse_json_body(body), count_only);
-}
-
-// The SSE events of a text: {event name, data}.
-std::vector<std::pair<std::string, ojson>> parse_events(const std::string& raw) {
-  std::vector<std::pair<std::string, ojson>> out;
-  size_t pos = 0;
-  while (pos < raw.size()) {
-    const size_t end = raw.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "unterminated event";
-    if (end == std::string::npos) break;
-    const std::string ev = raw.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_TRUE(ev.starts_with("event: ")) << ev;
-    const size_t nl = ev.find('\n');
-    const std::string name = ev.substr(7, nl - 7);
-    EXPECT_TRUE(ev.substr(nl + 1).starts_with("data: ")) << ev;
-    out.emplace_back(name, ojson::parse(ev.substr(nl + 7)));
-  }
-  return out;
 }
 
 std::vector<std::string> names(const std::vector<std::pair<std::string, ojson>>& events) {
@@ -162,21 +142,9 @@ TEST(MessagesRequest, FieldsOfTheWrongTypeAreAcceptedOrA400) {
       {"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"text","text":"a"},
         {"type":"tool_use","id":"toolu_1","name":"f","input":{"a":1}}]},
       {"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"r"}],"is_error":false}]}]})");
-  size_t accepted = 0;
-  const size_t n = test::for_each_type_swap(body, [&](const ojson& m) {
-    for (bool count : {false, true}) {
-      try {
-        (void)parse_chat_request(messages_to_chat_body(m, count));
-        ++accepted;
-      } catch (const ApiError& e) {
-        EXPECT_EQ(e.status(), 400) << m.dump();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << e.what() << " for " << m.dump();
-      }
-    }
-  });
-  EXPECT_GT(n, 300u);
-  EXPECT_GT(accepted, 0u);
+  test::expect_type_swaps_accepted_or_400(
+      body, {[](const ojson& m) { (void)parse_chat_request(messages_to_chat_body(m, false)); },
+             [](const ojson& m) { (void)parse_chat_request(messages_to_chat_body(m, true)); }});
 }
 
 TEST(MessagesResponse, ChatCompletionBecomesAMessage) {
@@ -229,7 +197,7 @@ TEST(MessagesStream, ChatChunksBecomeBlocksInOrder) {
   raw += t->chunk(delta_chunk(ojson::object(), "tool_calls"));
   raw += t->chunk(ojson::parse(R"({"choices":[],"usage":{"prompt_tokens":42,"completion_tokens":9,"total_tokens":51}})"));
   raw += t->end();
-  const auto ev = parse_events(raw);
+  const auto ev = test::parse_events(raw);
   EXPECT_EQ(names(ev), (std::vector<std::string>{
                            "message_start", "ping",
                            "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
@@ -255,9 +223,9 @@ TEST(MessagesStream, AStopSequenceAndAnErrorKeepTheirShapes) {
   std::string raw = t->begin(3);
   raw += t->chunk(delta_chunk({{"content", "a"}}, "stop", "END"));
   raw += t->end();
-  auto ev = parse_events(raw);
+  auto ev = test::parse_events(raw);
   EXPECT_EQ(ev[ev.size() - 2].second["delta"], ojson::parse(R"({"stop_reason":"stop_sequence","stop_sequence":"END"})"));
-  ev = parse_events(t->error(error_body(503, "shutting down")));
+  ev = test::parse_events(t->error(error_body(503, "shutting down")));
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].first, "error");
   EXPECT_EQ(ev[0].second, ojson::parse(R"({"type":"error","error":{"type":"overloaded_error","message":"shutting down"}})"));
@@ -266,42 +234,7 @@ TEST(MessagesStream, AStopSequenceAndAnErrorKeepTheirShapes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-class Sink : public EventWriter {
- public:
-  bool write(std::string_view data) override {
-    raw.append(data);
-    return true;
-  }
-  std::string raw;
-};
-
-class MessagesServingTest : public test::TinyModelTest {
- protected:
-  void SetUp() override {
-    EngineConfig c;
-    c.block_size = 4;
-    c.scheduler.max_model_len = 256;
-    c.scheduler.max_num_batched_tokens = 256;
-    c.scheduler.max_num_seqs = 4;
-    c.kv_cache_bytes = size_t(128) * KvStorage::bytes_per_block(model_->config(), c.block_size);
-    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_.get(), c);
-    ServingConfig sc;
-    sc.served_model_names = {"tiny"};
-    sc.chat_template = tokenizer_->chat_template();
-    sc.reasoning_parser = sc.tool_parser = true;
-    serving_ = std::make_unique<OpenAiServing>(*engine_, *tokenizer_, sc);
-    api_ = std::make_unique<MessagesApi>(*serving_);
-  }
-  void TearDown() override {
-    api_.reset();
-    serving_.reset();
-    engine_->drain();
-    engine_.reset();
-  }
-  std::unique_ptr<AsyncEngine> engine_;
-  std::unique_ptr<OpenAiServing> serving_;
-  std::unique_ptr<MessagesApi> api_;
-};
+using MessagesServingTest = test::ChatBridgeServingTest<MessagesApi>;
 
 constexpr const char* kBody =
     R"({"model":"tiny","max_tokens":6,"temperature":0,"system":"Be brief.","messages":[{"role":"user","content":"Hello"}],
@@ -324,9 +257,9 @@ TEST_F(MessagesServingTest, AnswersAsAMessage) {
 TEST_F(MessagesServingTest, StreamsEventsInOrderWithThinking) {
   auto job = api_->start(parse_json_body(std::string(kBody) + R"(,"stream":true,"thinking":{"type":"enabled","budget_tokens":16}})"));
   ASSERT_TRUE(job->streaming());
-  Sink sink;
+  test::Sink sink;
   job->stream(sink);
-  const auto ev = parse_events(sink.raw);
+  const auto ev = test::parse_events(sink.raw);
   const auto n = names(ev);
   ASSERT_GE(n.size(), 4u);
   EXPECT_EQ(n[0], "message_start");
@@ -366,9 +299,9 @@ TEST_F(MessagesServingTest, AStopSequenceEndsTheStreamedMessage) {
   chat["logit_bias"] = {{std::to_string(a), 100}};  // the first token is "a"
   BridgedJob job(serving_->start_chat(chat), [](const ojson& c) { return c; },
                  make_messages_stream_translator("msg_s", "tiny"));
-  Sink sink;
+  test::Sink sink;
   job.stream(sink);
-  const auto ev = parse_events(sink.raw);
+  const auto ev = test::parse_events(sink.raw);
   ASSERT_GE(ev.size(), 2u);
   EXPECT_EQ(ev[ev.size() - 2].second["delta"], ojson::parse(R"({"stop_reason":"stop_sequence","stop_sequence":"a"})"));
   chat.erase("stream");

@@ -2,9 +2,7 @@
 // loop over full-sequence logits, chunk boundaries, quantized loadings, the CLI and its errors;
 // and, when the trained `mini` model is present, int4's cost on a committed held-out text.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -169,22 +167,6 @@ TEST_F(Perplexity, QuantizedLoadingsAndKvDtypesDifferButStayFinite) {
 
 // ---- the CLI ----
 
-struct CmdResult {
-  int status;
-  std::string out;  // stdout and stderr
-};
-
-CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 // English prose: a few chunks of 16 tokens with the tiny model's vocabulary (it
 // splits English into short pieces), and less than one chunk of 512.
 std::string sample_text() {
@@ -204,7 +186,7 @@ TEST_F(Perplexity, CliTableMatchesTheLibraryForEveryCombination) {
   const std::string file = write(*dir_, "sample.txt", text);
   const std::vector<int32_t> tokens = tokenizer_->encode(text, false);
   ASSERT_GE(tokens.size(), 48u);
-  const CmdResult r = run("perplexity --model " + dir + " --file " + file +
+  const test::CmdResult r = test::run_kimi("perplexity --model " + dir + " --file " + file +
                           " -c 16 --threads 2 --quantization none,int4 --kv-cache-dtype float32,fp8");
   ASSERT_EQ(r.status, 0) << r.out;
   const int64_t chunks = int64_t(tokens.size()) / 16;
@@ -238,13 +220,13 @@ TEST_F(Perplexity, CliTableMatchesTheLibraryForEveryCombination) {
   EXPECT_NE(r.out.find("linears quantized on load (int4)"), std::string::npos) << r.out;
 
   // One combination: llama.cpp's closing line; --chunks limits the tokens scored.
-  const CmdResult one = run("perplexity --model " + dir + " --file " + file + " --ctx-size 16 --chunks 2");
+  const test::CmdResult one = test::run_kimi("perplexity --model " + dir + " --file " + file + " --ctx-size 16 --chunks 2");
   ASSERT_EQ(one.status, 0) << one.out;
   EXPECT_NE(one.out.find("Final estimate: PPL = "), std::string::npos) << one.out;
   EXPECT_NE(one.out.find(" 14 "), std::string::npos) << one.out;
   EXPECT_NE(one.out.find("2 chunks of 16 tokens"), std::string::npos) << one.out;
 
-  const CmdResult help = run("perplexity --help");
+  const test::CmdResult help = test::run_kimi("perplexity --help");
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("only the second half"), std::string::npos) << help.out;
 }
@@ -252,12 +234,12 @@ TEST_F(Perplexity, CliTableMatchesTheLibraryForEveryCombination) {
 TEST_F(Perplexity, CliErrorsNameTheProblem) {
   const std::string dir = (dir_->path() / "tiny").string();
   const std::string missing = (dir_->path() / "no-such.txt").string();
-  CmdResult r = run("perplexity --model " + dir + " --file " + missing);
+  test::CmdResult r = test::run_kimi("perplexity --model " + dir + " --file " + missing);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("cannot open --file " + missing + ": No such file or directory"), std::string::npos) << r.out;
 
   const std::string empty = write(*dir_, "empty.txt", "");
-  r = run("perplexity --model " + dir + " --file " + empty);
+  r = test::run_kimi("perplexity --model " + dir + " --file " + empty);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("--file " + empty + " is empty"), std::string::npos) << r.out;
 
@@ -266,7 +248,7 @@ TEST_F(Perplexity, CliErrorsNameTheProblem) {
   const std::string short_file = write(*dir_, "short.txt", text);
   const size_t n = tokenizer_->encode(text, false).size();
   ASSERT_LT(n, 512u);
-  r = run("perplexity --model " + dir + " --file " + short_file);
+  r = test::run_kimi("perplexity --model " + dir + " --file " + short_file);
   EXPECT_EQ(r.status, 2) << r.out;
   EXPECT_NE(r.out.find("you need at least 512 tokens to evaluate perplexity with a context of 512; the text "
                        "tokenizes to only " +
@@ -274,9 +256,9 @@ TEST_F(Perplexity, CliErrorsNameTheProblem) {
             std::string::npos)
       << r.out;
 
-  r = run("perplexity --model " + dir + " --file " + short_file + " -c 16 --kv-cache-dtype fp16");
+  r = test::run_kimi("perplexity --model " + dir + " --file " + short_file + " -c 16 --kv-cache-dtype fp16");
   EXPECT_EQ(r.status, 2) << r.out;
-  r = run("perplexity --model " + dir + " --file " + short_file + " -c 16 --quantization int3");
+  r = test::run_kimi("perplexity --model " + dir + " --file " + short_file + " -c 16 --quantization int3");
   EXPECT_EQ(r.status, 2) << r.out;
 }
 

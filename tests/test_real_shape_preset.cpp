@@ -5,11 +5,9 @@
 
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <sys/wait.h>
 
 #include "common/dtype.h"
 #include "common/error.h"
@@ -158,47 +156,31 @@ TEST(RealShapePreset, OverridesAreValidated) {
   EXPECT_NO_THROW(plan_model(tiny));
 }
 
-struct CmdResult {
-  int status;
-  std::string out;  // stdout and stderr
-};
-
-CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 // The flags are checked before anything is written.
 TEST(RealShapePresetCli, RejectsBadFlags) {
   test::TempDir d;
   const std::string out = (d.path() / "m").string();
   for (const char* bad : {"--num-layers 0", "--num-layers -2", "--num-experts 0", "--num-experts 7"}) {
-    const CmdResult r = run("make-model " + out + " --preset kimi-k2.5 " + bad);
+    const test::CmdResult r = test::run_kimi("make-model " + out + " --preset kimi-k2.5 " + bad);
     EXPECT_NE(r.status, 0) << bad;
     EXPECT_NE(r.out.find("num-"), std::string::npos) << bad << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(d.path() / "m" / "config.json")) << bad;
   }
-  EXPECT_NE(run("bench latency --model " + out + " --breakdown --quantization none,int4").status, 0);
-  EXPECT_NE(run("bench latency --model " + out + " --batch 8").status, 0);
+  EXPECT_NE(test::run_kimi("bench latency --model " + out + " --breakdown --quantization none,int4").status, 0);
+  EXPECT_NE(test::run_kimi("bench latency --model " + out + " --batch 8").status, 0);
 }
 
 // The overrides on a small preset end to end, then bench latency --breakdown on it.
 TEST(RealShapePresetCli, OverridesThenBreakdown) {
   test::TempDir d;
   const std::string out = (d.path() / "m").string();
-  const CmdResult made = run("make-model " + out + " --preset tiny --num-layers 2 --num-experts 8");
+  const test::CmdResult made = test::run_kimi("make-model " + out + " --preset tiny --num-layers 2 --num-experts 8");
   ASSERT_EQ(made.status, 0) << made.out;
   std::ifstream f(d.path() / "m" / "config.json");
   const nlohmann::json c = nlohmann::json::parse(f);
   EXPECT_EQ(c["text_config"]["num_hidden_layers"], 2);
   EXPECT_EQ(c["text_config"]["n_routed_experts"], 8);
-  const CmdResult r = run("bench latency --model " + out + " --input-len 8 --output-len 8 --num-iters 1 --threads 1 --breakdown --batch 1,4");
+  const test::CmdResult r = test::run_kimi("bench latency --model " + out + " --input-len 8 --output-len 8 --num-iters 1 --threads 1 --breakdown --batch 1,4");
   ASSERT_EQ(r.status, 0) << r.out;
   for (const char* s : {"attention", "router", "routed experts", "shared expert", "dense MLP", "lm_head",
                         "extrapolated to Kimi-K2.5's 61 layers", "1 sequences", "4 sequences"})

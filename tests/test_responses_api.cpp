@@ -6,37 +6,19 @@
 #include <string>
 #include <vector>
 
-#include "engine/async_engine.h"
-#include "model/kv_cache.h"
 #include "server/api_error.h"
 #include "server/json_body.h"
 #include "server/openai_protocol.h"
 #include "server/responses_api.h"
 #include "server/serving.h"
 #include "api_mutations.h"
+#include "chat_bridge_fixture.h"
 #include "test_util.h"
 
 namespace kimi {
 namespace {
 
 ResponsesRequest translate(const std::string& body) { return responses_to_chat_request(parse_json_body(body)); }
-
-std::vector<std::pair<std::string, ojson>> parse_events(const std::string& raw) {
-  std::vector<std::pair<std::string, ojson>> out;
-  size_t pos = 0;
-  while (pos < raw.size()) {
-    const size_t end = raw.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "unterminated event";
-    if (end == std::string::npos) break;
-    const std::string ev = raw.substr(pos, end - pos);
-    pos = end + 2;
-    EXPECT_TRUE(ev.starts_with("event: ")) << ev;
-    const size_t nl = ev.find('\n');
-    EXPECT_TRUE(ev.substr(nl + 1).starts_with("data: ")) << ev;
-    out.emplace_back(ev.substr(7, nl - 7), ojson::parse(ev.substr(nl + 7)));
-  }
-  return out;
-}
 
 // Event names, checking that each names its data's type and sequence numbers count from 0.
 std::vector<std::string> names(const std::vector<std::pair<std::string, ojson>>& events) {
@@ -161,21 +143,11 @@ TEST(ResponsesRequest, FieldsOfTheWrongTypeAreAcceptedOrA400) {
       {"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]},
       {"type":"function_call","call_id":"c1","name":"f","arguments":"{}"},
       {"type":"function_call_output","call_id":"c1","output":"r"}]})");
-  size_t accepted = 0;
-  const size_t n = test::for_each_type_swap(body, [&](const ojson& m) {
-    try {
-      ojson chat = responses_to_chat_request(m).chat;
-      chat.erase("response_format");  // json_schema is the structured-output work's (400 until it lands)
-      (void)parse_chat_request(chat);
-      ++accepted;
-    } catch (const ApiError& e) {
-      EXPECT_EQ(e.status(), 400) << m.dump();
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << e.what() << " for " << m.dump();
-    }
-  });
-  EXPECT_GT(n, 300u);
-  EXPECT_GT(accepted, 0u);
+  test::expect_type_swaps_accepted_or_400(body, {[](const ojson& m) {
+    ojson chat = responses_to_chat_request(m).chat;
+    chat.erase("response_format");  // json_schema is the structured-output work's (400 until it lands)
+    (void)parse_chat_request(chat);
+  }});
 }
 
 ResponseContext context() {
@@ -240,7 +212,7 @@ TEST(ResponsesStream, ChatChunksBecomeItemsInOrder) {
   raw += t->chunk(delta_chunk(ojson::object(), "tool_calls"));
   raw += t->chunk(ojson::parse(R"({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9,"total_tokens":14}})"));
   raw += t->end();
-  const auto ev = parse_events(raw);
+  const auto ev = test::parse_events(raw);
   EXPECT_EQ(names(ev), (std::vector<std::string>{
                            "response.created", "response.in_progress",
                            "response.output_item.added", "response.content_part.added",
@@ -281,7 +253,7 @@ TEST(ResponsesStream, LengthEndsIncompleteAndNoOutputStillGivesAMessage) {
   std::string raw = t->begin(1);
   raw += t->chunk(delta_chunk(ojson::object(), "length"));
   raw += t->end();
-  const auto ev = parse_events(raw);
+  const auto ev = test::parse_events(raw);
   const auto n = names(ev);
   ASSERT_EQ(n.size(), 8u);
   EXPECT_EQ(n[2], "response.output_item.added");
@@ -291,42 +263,7 @@ TEST(ResponsesStream, LengthEndsIncompleteAndNoOutputStillGivesAMessage) {
 }
 
 // ---------------------------------------------------------------------------------------------
-class Sink : public EventWriter {
- public:
-  bool write(std::string_view data) override {
-    raw.append(data);
-    return true;
-  }
-  std::string raw;
-};
-
-class ResponsesServingTest : public test::TinyModelTest {
- protected:
-  void SetUp() override {
-    EngineConfig c;
-    c.block_size = 4;
-    c.scheduler.max_model_len = 256;
-    c.scheduler.max_num_batched_tokens = 256;
-    c.scheduler.max_num_seqs = 4;
-    c.kv_cache_bytes = size_t(128) * KvStorage::bytes_per_block(model_->config(), c.block_size);
-    engine_ = std::make_unique<AsyncEngine>(*model_, tokenizer_.get(), c);
-    ServingConfig sc;
-    sc.served_model_names = {"tiny"};
-    sc.chat_template = tokenizer_->chat_template();
-    sc.reasoning_parser = sc.tool_parser = true;
-    serving_ = std::make_unique<OpenAiServing>(*engine_, *tokenizer_, sc);
-    api_ = std::make_unique<ResponsesApi>(*serving_);
-  }
-  void TearDown() override {
-    api_.reset();
-    serving_.reset();
-    engine_->drain();
-    engine_.reset();
-  }
-  std::unique_ptr<AsyncEngine> engine_;
-  std::unique_ptr<OpenAiServing> serving_;
-  std::unique_ptr<ResponsesApi> api_;
-};
+using ResponsesServingTest = test::ChatBridgeServingTest<ResponsesApi>;
 
 constexpr const char* kBody = R"({"model":"tiny","input":"Hello","instructions":"Be brief.","max_output_tokens":6,
   "temperature":0,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])";
@@ -348,9 +285,9 @@ TEST_F(ResponsesServingTest, AnswersAsAResponseObject) {
 TEST_F(ResponsesServingTest, StreamsEventsInOrder) {
   auto job = api_->start(parse_json_body(std::string(kBody) + R"(,"stream":true})"));
   ASSERT_TRUE(job->streaming());
-  Sink sink;
+  test::Sink sink;
   job->stream(sink);
-  const auto ev = parse_events(sink.raw);
+  const auto ev = test::parse_events(sink.raw);
   const auto n = names(ev);
   ASSERT_GE(n.size(), 6u);
   EXPECT_EQ(n[0], "response.created");

@@ -10,7 +10,6 @@
 #include <functional>
 #include <map>
 #include <random>
-#include <sys/wait.h>
 #include <thread>
 
 #include "common/error.h"
@@ -701,22 +700,6 @@ TEST(Tokenizer, EncodesFromManyThreadsAtOnce) {
   EXPECT_EQ(bad.load(), 0);
 }
 
-struct CliRun {
-  int status;
-  std::string out;
-};
-
-CliRun kimi_cli(const std::string& args) {
-  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 TEST(TokenizerCli, TrainTokenizeDetokenize) {
   test::TempDir d;
   const auto corpus = d.path() / "corpus.txt";
@@ -724,50 +707,50 @@ TEST(TokenizerCli, TrainTokenizeDetokenize) {
   for (int i = 0; i < 50; ++i) text += "the quick brown fox jumps over the lazy dog. 你好世界！\n";
   write_file(corpus, text);
   const std::string model = (d.path() / "m").string();
-  CliRun r = kimi_cli("train-tokenizer " + model + " " + corpus.string() + " --ranks 300");
+  test::CmdResult r = test::run_kimi("train-tokenizer " + model + " " + corpus.string() + " --ranks 300");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("300 ranks + 256 special tokens"), std::string::npos) << r.out;
 
-  r = kimi_cli("tokenize --model " + model + " --text 'the fox<|im_end|>'");
+  r = test::run_kimi("tokenize --model " + model + " --text 'the fox<|im_end|>'");
   ASSERT_EQ(r.status, 0) << r.out;
   const std::string ids = r.out.substr(0, r.out.find('\n'));
   EXPECT_NE(ids.find(",302"), std::string::npos) << ids;  // <|im_end|>: 300 base tokens + 2
-  r = kimi_cli("detokenize --model " + model + " --ids " + ids);
+  r = test::run_kimi("detokenize --model " + model + " --ids " + ids);
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, "the fox<|im_end|>");
-  r = kimi_cli("detokenize --model " + model + " --ids " + ids + " --skip-special");
+  r = test::run_kimi("detokenize --model " + model + " --ids " + ids + " --skip-special");
   EXPECT_EQ(r.out, "the fox");
 
-  r = kimi_cli("tokenize --model " + model + " --text 'a<|im_end|>' --no-special --json");
+  r = test::run_kimi("tokenize --model " + model + " --text 'a<|im_end|>' --no-special --json");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out.front(), '[');
   EXPECT_EQ(r.out.find("302"), std::string::npos) << r.out;
-  r = kimi_cli("tokenize --model " + model + " --text 'Hello world' --pieces");
+  r = test::run_kimi("tokenize --model " + model + " --text 'Hello world' --pieces");
   EXPECT_EQ(r.out, "[\"Hello\",\" world\"]\n");
 
   write_file(d.path() / "in.jsonl", "\"the fox\"\n\"<|im_end|>\"\n");
-  r = kimi_cli("tokenize --model " + model + " --file " + (d.path() / "in.jsonl").string() + " --jsonl");
+  r = test::run_kimi("tokenize --model " + model + " --file " + (d.path() / "in.jsonl").string() + " --jsonl");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("\n[302]\n"), std::string::npos) << r.out;
   write_file(d.path() / "ids.jsonl", r.out);
-  r = kimi_cli("detokenize --model " + model + " --ids-file " + (d.path() / "ids.jsonl").string() + " --jsonl");
+  r = test::run_kimi("detokenize --model " + model + " --ids-file " + (d.path() / "ids.jsonl").string() + " --jsonl");
   EXPECT_EQ(r.out, "\"the fox\"\n\"<|im_end|>\"\n");
 }
 
 TEST(TokenizerCli, ErrorsAreClear) {
   test::TempDir d;
-  CliRun r = kimi_cli("tokenize --model " + (d.path() / "none").string() + " --text x");
+  test::CmdResult r = test::run_kimi("tokenize --model " + (d.path() / "none").string() + " --text x");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("tiktoken.model not found"), std::string::npos) << r.out;
-  r = kimi_cli("tokenize --model x");
+  r = test::run_kimi("tokenize --model x");
   EXPECT_NE(r.out.find("exactly one of --text and --file"), std::string::npos) << r.out;
   Strings bytes;
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
   write_tiktoken_file(d.path() / "tiktoken.model", bytes);
-  r = kimi_cli("detokenize --model " + d.path().string() + " --ids 1,999");
+  r = test::run_kimi("detokenize --model " + d.path().string() + " --ids 1,999");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("token id 999 is out of range [0, 512)"), std::string::npos) << r.out;
-  r = kimi_cli("detokenize --model " + d.path().string() + " --ids 1,x");
+  r = test::run_kimi("detokenize --model " + d.path().string() + " --ids 1,x");
   EXPECT_NE(r.out.find("integer token ids"), std::string::npos) << r.out;
 }
 

@@ -2,7 +2,10 @@
 // Helpers shared by the test files: scratch directories and the tiny model they all use.
 #include <gtest/gtest.h>
 #include <pthread.h>
+#include <sys/wait.h>
 
+#include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -102,6 +105,29 @@ inline void on_stack(size_t bytes, const std::function<void()>& f) {
   ASSERT_EQ(rc, 0);
   pthread_join(thread, nullptr);
   EXPECT_EQ(call.error, "");
+}
+
+// What a run of the built `kimi` binary gave: its exit status (-1 when it did not exit normally)
+// and everything it wrote to stdout and stderr.
+struct CmdResult {
+  int status;
+  std::string out;
+};
+
+// Runs `kimi ARGS` through the shell (so ARGS may redirect stdin), capturing stdout and stderr together.
+inline CmdResult run_kimi(const std::string& args) {
+  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    ADD_FAILURE() << "popen failed for: " << cmd;
+    return {-1, ""};
+  }
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
 
 // The ApiError that f throws; a test failure if it throws nothing or another type.

@@ -3,25 +3,18 @@
 #include <utility>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 
 namespace kimi {
 
 namespace {
 
-// A field of an object; null counts as absent (as in the chat request).
-const ojson* field(const ojson& j, const char* k) {
-  auto it = j.find(k);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
+using json_fields::bad;
+using json_fields::field;
 
-[[noreturn]] void bad(const std::string& where, const std::string& what, const std::string& param) {
-  throw ApiError(400, "'" + where + "' must be " + what, param);
-}
-
+// The string j[k]; otherwise a 400 against this API's request parameter.
 std::string string_field(const ojson& j, const char* k, const std::string& where) {
-  const ojson* v = field(j, k);
-  if (!v || !v->is_string()) bad(where + "." + k, "a string", "messages");
-  return v->get<std::string>();
+  return json_fields::string_field(j, k, where, "messages");
 }
 
 // Block types that carry media or files: the 400 chat's image parts get (text-only models).

@@ -6,36 +6,11 @@
 'use strict';
 const OpenAI = require('openai');
 const Anthropic = require('@anthropic-ai/sdk');
+const { assert, eq, check, summary, expectStatus } = require('./e2e_helpers.js');
 
 const base = process.argv[2];
-const results = [];
 // Bounded: the whole run must end well within a minute.
 setTimeout(() => { console.log('FAIL: timed out after 50 s'); process.exit(1); }, 50000).unref();
-
-function assert(cond, msg) { if (!cond) throw new Error('assertion failed: ' + msg); }
-function eq(a, b, msg) { assert(JSON.stringify(a) === JSON.stringify(b), `${msg}: ${JSON.stringify(a)} != ${JSON.stringify(b)}`); }
-
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push([name, true]);
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    results.push([name, false]);
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
-
-async function expectStatus(promise, status) {
-  try {
-    await promise;
-  } catch (e) {
-    assert(e.status === status, `expected HTTP ${status}, got ${e.status}: ${e.message}`);
-    return e;
-  }
-  throw new Error(`expected HTTP ${status}, got success`);
-}
 
 const weatherTool = { type: 'function', name: 'get_weather', description: 'Current weather',
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
@@ -315,9 +290,7 @@ async function messages(client) {
 async function main() {
   await responses(new OpenAI({ baseURL: base + '/v1', apiKey: 'secret', maxRetries: 0 }));
   await messages(new Anthropic({ baseURL: base, apiKey: 'secret', maxRetries: 0 }));
-  const failed = results.filter(([, ok]) => !ok).length;
-  console.log(`${results.length - failed} passed, ${failed} failed`);
-  process.exit(failed ? 1 : 0);
+  process.exit(summary() ? 1 : 0);
 }
 
 main().catch((e) => { console.log('FAIL ' + (e.stack || e)); process.exit(1); });

@@ -18,7 +18,7 @@ fail() {
   tail -n 40 "$work/server.log" >&2 || true
   exit 1
 }
-cp "$here/package.json" "$here/e2e.js" "$work/"
+cp "$here/package.json" "$here/e2e.js" "$here/../e2e_common/e2e_helpers.js" "$work/"
 if [ ! -d "$work/node_modules/openai" ] || [ ! -d "$work/node_modules/@anthropic-ai/sdk" ]; then
   (cd "$work" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
 fi

@@ -1,65 +1,31 @@
 // End to end: `kimi serve` on the tiny model, driven by the official OpenAI SDK and raw HTTP.
 // Every check throws on failure; the last line is "N passed, 0 failed" when all pass.
 'use strict';
-const { spawn, execFileSync } = require('child_process');
+const { execFileSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const OpenAI = require('openai');
+const e2e = require('./e2e_helpers.js');
+
+const { assert, check, summary, expectStatus } = e2e;
 
 const kimi = process.argv[2];
 // With --eagle3 every server runs speculative decoding with an Eagle3 draft for the tiny model
 // (`kimi make-model --draft eagle3`): every check must pass as without it.
 const eagle3 = process.argv.includes('--eagle3');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-e2e-'));
-const results = [];
 
-function assert(cond, msg) { if (!cond) throw new Error('assertion failed: ' + msg); }
-
-async function startServer(extraArgs) {
-  const model = path.join(dir, 'tiny');
-  if (!fs.existsSync(model)) execFileSync(kimi, ['make-model', model, '--preset', 'tiny']);
+// `kimi serve` on the tiny model, as tiny and kimi-tiny, behind --api-key secret.
+function startServer(extraArgs) {
   const speculative = [];
   if (eagle3) {
     const draft = path.join(dir, 'tiny-eagle3');
     if (!fs.existsSync(draft)) execFileSync(kimi, ['make-model', draft, '--preset', 'tiny', '--draft', 'eagle3']);
     speculative.push('--speculative-config', JSON.stringify({ method: 'eagle3', model: draft, num_speculative_tokens: 3 }));
   }
-  const proc = spawn(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny,kimi-tiny',
-    '--max-model-len', '512', '--api-key', 'secret', ...speculative, ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('server did not start: ' + log)), 60000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    proc.on('exit', (code) => reject(new Error('server exited with ' + code + ': ' + log)));
-  });
-  return { proc, port, base: `http://127.0.0.1:${port}`, log: () => log };
-}
-
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push([name, true]);
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    results.push([name, false]);
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
-}
-
-async function expectStatus(promise, status) {
-  try {
-    await promise;
-  } catch (e) {
-    assert(e.status === status, `expected HTTP ${status}, got ${e.status}: ${e.message}`);
-    return e;
-  }
-  throw new Error(`expected HTTP ${status}, got success`);
+  return e2e.startServer(kimi, dir, ['--served-model-name', 'tiny,kimi-tiny', '--max-model-len', '512', '--api-key', 'secret',
+    ...speculative, ...extraArgs]);
 }
 
 async function raw(base, route, body, headers = {}) {
@@ -275,8 +241,7 @@ async function main() {
     assert(statuses.every((s) => s === 200 || s === 429), 'statuses ' + statuses);
   });
 
-  const failed = results.filter((r) => !r[1]).length;
-  console.log(`${results.length - failed} passed, ${failed} failed`);
+  const failed = summary();
   if (server.proc.exitCode === null) server.proc.kill('SIGKILL');
   fs.rmSync(dir, { recursive: true, force: true });
   process.exit(failed ? 1 : 0);

@@ -4,50 +4,23 @@
 // independent validator). Also completions with structured_outputs / guided_* and the 400 for an
 // unsupported schema feature. The last line is "N passed, 0 failed" when all pass.
 'use strict';
-const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const OpenAI = require('openai');
 const Ajv = require('ajv');
 const addFormats = require('ajv-formats');
+const e2e = require('./e2e_helpers.js');
+
+const { assert, check, summary } = e2e;
 
 const kimi = process.argv[2];
 const corpus = JSON.parse(fs.readFileSync(process.argv[3], 'utf8'));
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-structured-e2e-'));
-const results = [];
 const MAX_TOKENS = 400;
 
-function assert(cond, msg) { if (!cond) throw new Error('assertion failed: ' + msg); }
-
-async function startServer(extraArgs) {
-  const model = path.join(dir, 'tiny');
-  if (!fs.existsSync(model)) execFileSync(kimi, ['make-model', model, '--preset', 'tiny']);
-  const proc = spawn(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny',
-    '--max-model-len', '1024', ...extraArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('server did not start: ' + log)), 60000);
-    proc.stderr.on('data', (d) => {
-      log += d.toString();
-      const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-    });
-    proc.on('exit', (code) => reject(new Error('server exited with ' + code + ': ' + log)));
-  });
-  return { proc, base: `http://127.0.0.1:${port}` };
-}
-
-async function check(name, fn) {
-  const t0 = Date.now();
-  try {
-    await fn();
-    results.push([name, true]);
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
-  } catch (e) {
-    results.push([name, false]);
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-  }
+function startServer(extraArgs) {
+  return e2e.startServer(kimi, dir, ['--served-model-name', 'tiny', '--max-model-len', '1024', ...extraArgs]);
 }
 
 // Runs the thunks with at most `width` in flight (the engine batches them).
@@ -218,8 +191,7 @@ async function generate(client, schema, name, stream, temperature, seed) {
   } finally {
     rserver.proc.kill('SIGTERM');
   }
-  const failed = results.filter((r) => !r[1]).length;
-  console.log(`${results.length - failed} passed, ${failed} failed`);
+  const failed = summary();
   fs.rmSync(dir, { recursive: true, force: true });
   process.exit(failed ? 1 : 0);
 })().catch((e) => {

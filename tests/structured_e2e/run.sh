@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 kimi=$1
 work=$2
 mkdir -p "$work"
-cp "$here/package.json" "$here/e2e.js" "$work/"
+cp "$here/package.json" "$here/e2e.js" "$here/../e2e_common/e2e_helpers.js" "$work/"
 if [ ! -d "$work/node_modules/ajv-formats" ]; then
   (cd "$work" && npm install --no-audit --no-fund --loglevel=error >/dev/null) || { echo "npm install failed: skipped"; exit 77; }
 fi
