@@ -70,8 +70,9 @@ class ReferenceLogitsMini : public ::testing::Test {
       float second = -INFINITY;
       for (size_t i = 0; i < V; ++i)
         if (i != a) second = std::max(second, want[i]);
-      if (want[a] - second > 1e-3f)
+      if (want[a] - second > 1e-3f) {
         EXPECT_EQ(size_t(std::max_element(got, got + V) - got), a) << what << ": greedy token at " << first_row + r;
+      }
     }
   }
 

@@ -79,6 +79,12 @@ class SpeculativeTest : public ::testing::Test {
 
 const char* kNgram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
+// The trained Eagle3 draft of mini (models/mini-eagle3), k drafts per step.
+std::string eagle3(int k = 3) {
+  const auto draft = test::mini_model_dir().parent_path() / "mini-eagle3";
+  return R"({"method":"eagle3","model":")" + draft.string() + R"(","num_speculative_tokens":)" + std::to_string(k) + "}";
+}
+
 TEST_F(SpeculativeTest, GreedyNgramEqualsPlainAloneAndBatched) {
   const auto ps = prompts();
   Engine plain(*model_, nullptr, config(""));
@@ -108,6 +114,39 @@ TEST_F(SpeculativeTest, GreedyNgramEqualsPlainAloneAndBatched) {
                            "kimi:spec_decode_num_accepted_tokens_total",
                            "kimi:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"mini\",position=\"2\"}"})
     EXPECT_NE(prom.find(name), std::string::npos) << name;
+}
+
+TEST_F(SpeculativeTest, GreedyEagle3EqualsPlainAloneAndBatched) {
+  const auto ps = prompts();
+  Engine plain(*model_, nullptr, config(""));
+  const auto want = run(plain, ps, greedy(40));
+  for (int k : {1, 3}) {
+    Engine spec(*model_, nullptr, config(eagle3(k)));
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(run(spec, {ps[i]}, greedy(40))[0], want[i]) << "alone " << i << " k " << k;
+    EXPECT_EQ(run(spec, ps, greedy(40)), want) << "batched, k " << k;
+    const EngineStats st = spec.stats();
+    EXPECT_GT(st.spec_accepted_tokens, 0) << "k " << k;
+    EXPECT_LT(st.spec_accepted_tokens, st.spec_draft_tokens) << "k " << k;
+  }
+  // Chunked prefill, prefix hits and preemption with the draft's own cache in the same blocks.
+  auto shared = ps;
+  for (size_t i = 3; i < shared.size(); ++i) shared[i].insert(shared[i].begin(), shared[i - 3].begin(), shared[i - 3].end());
+  const auto want_shared = run(plain, shared, greedy(32));
+  Engine tight(*model_, nullptr, config(eagle3(3), 64, 12));
+  EXPECT_EQ(run(tight, shared, greedy(32)), want_shared);
+  EXPECT_EQ(run(tight, shared, greedy(32)), want_shared) << "again, with the prefix cache warm";
+  EXPECT_GT(tight.stats().preemptions, 0);
+  EXPECT_GT(tight.stats().prefix_hits, 0);
+}
+
+TEST_F(SpeculativeTest, ADraftThatDoesNotFitIsAClearError) {
+  test::TempDir dir;
+  // A draft for another target: the tiny preset's hidden size.
+  const auto draft = dir.path() / "tiny-eagle3";
+  ASSERT_EQ(test::run_kimi("make-model " + draft.string() + " --preset tiny --draft eagle3").status, 0);
+  const std::string c = R"({"method":"eagle3","model":")" + draft.string() + R"(","num_speculative_tokens":3})";
+  const std::string err = test::error_of([&] { Engine e(*model_, nullptr, config(c)); });
+  EXPECT_NE(err.find("hidden"), std::string::npos) << err;
 }
 
 TEST_F(SpeculativeTest, ChunkedPrefillPrefixHitsAndPreemptionKeepTheTokens) {
@@ -173,6 +212,38 @@ TEST_F(SpeculativeTest, SeededSamplingIsReproducibleAndDisableByBatchSizeTurnsIt
   Engine plain(*model_, nullptr, config(""));
   EXPECT_EQ(run(off, ps, greedy(20)), run(plain, ps, greedy(20)));
   EXPECT_EQ(off.stats().spec_drafts, 0);
+}
+
+// A draft that is mostly wrong (make-model's random Eagle3 draft for the tiny preset): nearly
+// every draft is rejected, and the tokens are still exactly the target's, at any batch.
+TEST(SpeculativeTiny, ARandomEagle3DraftChangesNoToken) {
+  test::TempDir dir;
+  const auto target = test::make_tiny_model(dir);
+  const auto draft = dir.path() / "tiny-eagle3";
+  ASSERT_EQ(test::run_kimi("make-model " + draft.string() + " --preset tiny --draft eagle3").status, 0);
+  Model model(target);
+  EngineConfig c;
+  c.block_size = 4;
+  c.scheduler.max_model_len = 128;
+  c.num_kv_blocks_override = 128;
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> ps;
+  Rng rng(3);
+  for (int i = 0; i < 4; ++i) {
+    ps.emplace_back(size_t(9 + 5 * i));
+    for (auto& t : ps.back()) t = int32_t(rng.next_u64() % 1000);
+  }
+  Engine plain(model, nullptr, c);
+  c.speculative = spec::parse_speculative_config(R"({"method":"eagle3","model":")" + draft.string() +
+                                                 R"(","num_speculative_tokens":3})");
+  Engine spec(model, nullptr, c);
+  const auto a = plain.generate(ps, sp), b = spec.generate(ps, sp);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(b[i][0].token_ids, a[i][0].token_ids) << i;
+  EXPECT_GT(spec.stats().spec_draft_tokens, 0);
+  EXPECT_EQ(spec.kv_cache().pool().num_free(), spec.kv_cache().pool().num_blocks());
 }
 
 // ---------------------------------------------------------------- the rejection rule
