@@ -41,8 +41,14 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
   return c;
 }
 
+// KV bytes per token: the target's, plus a draft model's own cache when one speculates.
+int64_t kv_bytes_per_token(const EngineConfig& c, const ModelConfig& mc) {
+  return int64_t(KvStorage::bytes_per_token(mc, c.kv_cache_dtype)) + spec::proposer_kv_bytes_per_token(c.speculative, mc);
+}
+
 int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
-  const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size, c.kv_cache_dtype);
+  const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size, c.kv_cache_dtype) +
+                           size_t(spec::proposer_kv_bytes_per_token(c.speculative, mc) * c.block_size);
   const int64_t blocks = c.num_kv_blocks_override > 0 ? c.num_kv_blocks_override : int64_t(c.kv_cache_bytes / per_block);
   const int64_t needed = (c.scheduler.max_model_len + c.block_size - 1) / c.block_size;
   if (blocks < needed)
@@ -77,7 +83,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
   metrics_.set_kv_cache_info({config_.block_size, kv_.pool().num_blocks(),
                               std::string(kv_cache_dtype_name(config_.kv_cache_dtype)),
-                              int64_t(KvStorage::bytes_per_token(model.config(), config_.kv_cache_dtype))});
+                              kv_bytes_per_token(config_, model.config())});
 }
 
 Engine::~Engine() = default;

@@ -22,7 +22,7 @@ struct HistogramSnapshot {
 struct KvCacheInfo {
   int64_t block_size = 0, num_blocks = 0;
   std::string cache_dtype;     // "float32", "bfloat16", "fp8_e4m3"
-  int64_t bytes_per_token = 0;  // all layers
+  int64_t bytes_per_token = 0;  // all layers, a speculative draft's own cache included
   int64_t capacity_tokens() const { return block_size * num_blocks; }
 };
 

@@ -191,7 +191,9 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
     throw Error(src + ": draft vocabulary " + std::to_string(c.draft_vocab_size) + " exceeds the target's " +
                 std::to_string(target.vocab_size) + " and there is no d2t to map it");
   }
-  kv_.assign(size_t(num_blocks * block_size * 2) * size_t(kv_dim_), 0.0f);
+  const size_t kv_floats = size_t(num_blocks * block_size * 2) * size_t(kv_dim_);
+  kv_.reset(static_cast<float*>(std::calloc(std::max<size_t>(kv_floats, 1), sizeof(float))));
+  if (!kv_) throw Error("eagle3: cannot allocate the draft's KV cache (" + std::to_string(kv_floats * sizeof(float)) + " bytes)");
 }
 
 // Llama's rotate_half pairs dimension i with i + hd/2 (frequency i); Rope pairs 2i with 2i+1.

@@ -5,6 +5,7 @@
 // its forward over a batch of sequences. The draft reads the target's hidden states at three aux
 // layers (fc over [low, mid, high]) or, in later chain steps, its own pre-norm output.
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -36,6 +37,9 @@ struct Eagle3Config {
   // Reads <dir>/config.json; `target` gives the default aux ids (2, L/2, L-3). kimi::Error names
   // the file and key for a missing or wrong-typed field.
   static Eagle3Config load(const std::filesystem::path& dir, const ModelConfig& target);
+  // Bytes the draft's cache keeps per token (a K and a V row of float32): a KV budget counts them
+  // beside the target's.
+  int64_t kv_bytes_per_token() const { return 2 * num_key_value_heads * head_dim * int64_t(sizeof(float)); }
 };
 
 // One sequence's rows of a draft forward: tokens[i] at position first_position + i.
@@ -61,7 +65,7 @@ class Eagle3Draft {
   // vocab_size covers the target's, lm_head ids (through d2t) inside the target vocab, aux ids in
   // [0, num_hidden_layers]. Without embed_tokens.weight the draft uses target_embedding (the
   // target's model.embed_tokens, which must then be given and outlive the draft). The KV storage
-  // holds num_blocks * block_size rows, zero-initialised.
+  // holds num_blocks * block_size rows, zero (pages mapped as they are first written).
   Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
               const WeightMatrix* target_embedding = nullptr);
 
@@ -88,7 +92,12 @@ class Eagle3Draft {
   std::vector<int64_t> d2t_;  // target id = draft id + d2t[draft id]; empty: the identity
   Rope rope_;
   int64_t num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
-  std::vector<float> kv_;  // [num_blocks * block_size][K row, V row] of kv_dim floats each
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  // [num_blocks * block_size][K row, V row] of kv_dim floats each, from calloc: zero pages the
+  // system maps only when first written, so a large budget costs memory only as it fills.
+  std::unique_ptr<float[], FreeDeleter> kv_;
 };
 
 }  // namespace kimi

@@ -6,6 +6,10 @@
 
 namespace kimi::spec {
 
+int64_t proposer_kv_bytes_per_token(const SpeculativeConfig& c, const ModelConfig& target) {
+  return c.method == Method::Eagle3 ? Eagle3Config::load(c.model, target).kv_bytes_per_token() : 0;
+}
+
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, Model& target, int64_t num_blocks,
                                         int64_t block_size) {
   switch (c.method) {

@@ -10,6 +10,10 @@
 
 namespace kimi::spec {
 
+// Bytes per token the proposer's own KV cache adds to the target's (0 for n-gram), read from the
+// draft's config before anything is allocated, so that the KV budget covers both.
+int64_t proposer_kv_bytes_per_token(const SpeculativeConfig& config, const ModelConfig& target);
+
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, Model& target, int64_t num_blocks,
                                         int64_t block_size);
 
