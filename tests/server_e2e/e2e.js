@@ -151,6 +151,14 @@ async function main() {
     assert(tok.status === 200 && tok.json.count > 10, 'tokenize renders the tool declaration');
   });
 
+  if (eagle3) {
+    await check('the Eagle3 draft verified drafts (spec_decode counters)', async () => {
+      const drafts = await metric(server.base, 'kimi:spec_decode_num_drafts_total');
+      const tokens = await metric(server.base, 'kimi:spec_decode_num_draft_tokens_total');
+      assert(drafts > 0 && tokens >= drafts, `drafts ${drafts}, draft tokens ${tokens}`);
+    });
+  }
+
   await check('tokenize and detokenize', async () => {
     const t = await raw(server.base, '/tokenize', { prompt: 'Hello world' });
     const d = await raw(server.base, '/detokenize', { tokens: t.json.tokens });
