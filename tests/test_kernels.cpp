@@ -133,7 +133,7 @@ TEST_P(KernelsIsa, MatmulEdgeShapes) {
 }
 
 TEST_P(KernelsIsa, MatmulSmallBatchShapes) {
-  // The few-token path (GEMV-like, n = 2..4) and the GEMM just above it, every token count to
+  // The few-token path (GEMV-like, n = 2 here) and the GEMM beside it, every token count to
   // 9, with odd rows (ragged row tiles), odd columns (vector tails after the unrolled loop) and
   // rows long enough to be prefetched, for each weight dtype.
   ThreadPool pool(2);
@@ -147,6 +147,14 @@ TEST_P(KernelsIsa, MatmulSmallBatchShapes) {
         if (HasFatalFailure()) return;
       }
     }
+  // 3..4 tokens take that path only from a matrix of at least 8 MiB (odd rows and columns).
+  for (DType dt : kWeightDTypes) {
+    const TestWeights w = make_weights(dt, 1029, 4099, rng);
+    for (int64_t n = 2; n <= 5; ++n) {
+      check_matmul(pool, isa(), w, n, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST_P(KernelsIsa, MatmulBigShapes) {
