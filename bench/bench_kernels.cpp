@@ -129,6 +129,28 @@ void BM_Gemm(benchmark::State& state) {
   state.SetLabel(std::string(isa_name(isa)));
 }
 
+// Args: rows, cols, tokens, cold, isa. A few tokens against one matrix (speculative verification
+// of k+1 tokens, batched decode of a few sequences): compare the time per call with n = 1, since
+// the weights are read once either way. Cold rotates over > LLC of weights, like BM_Gemv.
+void BM_SmallBatch(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
+  const bool cold = state.range(3) != 0;
+  const auto isa = Isa(state.range(4));
+  if (skip_unsupported(state, isa)) return;
+  ThreadPool pool(bench_threads());
+  const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
+  const std::vector<float> x = activations(n * cols);
+  std::vector<float> y(size_t(n * rows));
+  int64_t i = 0;
+  for (auto _ : state) {
+    matmul(pool, w.at(i++), x.data(), n, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, rows * cols * 2);
+  state.SetLabel(std::string(isa_name(isa)) + (cold ? " cold" : " hot"));
+}
+
 // Integer-format weights (random nibbles / bytes, BF16 group-32 scales for int4, per-channel F32
 // for int8) in `copies` consecutive matrices, like Bf16Weights.
 // Int4W4A16Zp8: the same int4 weights with explicit zero points, all 8 (the same products); on
@@ -276,6 +298,13 @@ void gemm_args(benchmark::internal::Benchmark* b) {
   add_per_isa(b, {{2048, 2048, 64}, {2048, 7168, 64}, {2048, 2048, 8}});
 }
 
+// Expert gate/up [2048 x 7168] cold, mini's lm_head [4352 x 192] and a [512 x 192] hot, for
+// n = 1, 2, 4, 8 tokens.
+void small_batch_args(benchmark::internal::Benchmark* b) {
+  for (const int64_t n : {1, 2, 4, 8})
+    add_per_isa(b, {{2048, 7168, n, 1}, {4352, 192, n, 0}, {512, 192, n, 0}});
+}
+
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
 // The real Kimi-K2.5 expert shapes: gate/up [2048 x 7168] and down [7168 x 2048], cold.
 BENCHMARK(BM_Gemv)
@@ -294,6 +323,12 @@ BENCHMARK(BM_Gemm)
     ->ArgNames({"rows", "cols", "n", "isa"})
     ->Apply(gemm_args)
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_SmallBatch)
+    ->ArgNames({"rows", "cols", "n", "cold", "isa"})
+    ->Apply(small_batch_args)
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 }  // namespace

@@ -132,6 +132,31 @@ TEST_P(KernelsIsa, MatmulEdgeShapes) {
     }
 }
 
+TEST_P(KernelsIsa, MatmulSmallBatchShapes) {
+  // The few-token path (GEMV-like, n = 2 here) and the GEMM beside it, every token count to
+  // 9, with odd rows (ragged row tiles), odd columns (vector tails after the unrolled loop) and
+  // rows long enough to be prefetched, for each weight dtype.
+  ThreadPool pool(2);
+  Rng rng(13);
+  const int64_t shapes[][2] = {{1, 1}, {3, 7}, {7, 61}, {13, 1029}, {5, 2071}};
+  for (DType dt : kWeightDTypes)
+    for (const auto& s : shapes) {
+      const TestWeights w = make_weights(dt, s[0], s[1], rng);
+      for (int64_t n = 2; n <= 9; ++n) {
+        check_matmul(pool, isa(), w, n, rng);
+        if (HasFatalFailure()) return;
+      }
+    }
+  // 3..4 tokens take that path only from a matrix of at least 8 MiB (odd rows and columns).
+  for (DType dt : kWeightDTypes) {
+    const TestWeights w = make_weights(dt, 1029, 4099, rng);
+    for (int64_t n = 2; n <= 5; ++n) {
+      check_matmul(pool, isa(), w, n, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST_P(KernelsIsa, MatmulBigShapes) {
   // Several column blocks, several row chunks per thread, and both token-tile tails.
   ThreadPool pool(2);
