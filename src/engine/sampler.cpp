@@ -182,15 +182,21 @@ SampleResult Sampler::verify(std::span<float> logits, std::span<const int32_t> p
   accepted = false;
   if (!weigh(logits)) return result(argmax(logits));
   const size_t vocab = logits.size();
-  double total = 0;
-  for (float x : logits) total += double(x);
+  // One pass of block sums serves both the acceptance test and, after a rejection, the redraw:
+  // removing the draft only takes its weight out of its block's sum.
+  double total = sum_blocks(logits);
   const double u = rng_.uniform();
   if (in_vocab(draft, vocab) && u * total < double(logits[size_t(draft)])) {
     accepted = true;
     return result(draft);
   }
-  if (in_vocab(draft, vocab)) logits[size_t(draft)] = 0.0f;
-  return result(pick(logits, rng_.uniform()));
+  if (in_vocab(draft, vocab)) {
+    const double w = double(logits[size_t(draft)]);
+    block_sums_[size_t(draft) / kBlock] -= w;
+    total -= w;
+    logits[size_t(draft)] = 0.0f;
+  }
+  return result(pick_summed(logits, total, rng_.uniform()));
 }
 
 void Sampler::apply_penalties(std::span<float> logits, std::span<const int32_t> prompt,
@@ -245,12 +251,19 @@ int32_t Sampler::draw(std::span<float> w) {
   return pick(w, rng_.uniform());   // one draw per token, whatever the settings: streams stay aligned
 }
 
-int32_t Sampler::pick(std::span<const float> w, double u) {
+double Sampler::sum_blocks(std::span<const float> w) {
   const size_t vocab = w.size();
   block_sums_.resize((vocab + kBlock - 1) / kBlock);
   double total = 0;
   for (size_t b = 0; b < block_sums_.size(); ++b)
     total += block_sums_[b] = block_sum(w.data() + b * kBlock, std::min(kBlock, vocab - b * kBlock));
+  return total;
+}
+
+int32_t Sampler::pick(std::span<const float> w, double u) { return pick_summed(w, sum_blocks(w), u); }
+
+int32_t Sampler::pick_summed(std::span<const float> w, double total, double u) {
+  const size_t vocab = w.size();
   // The first token whose running mass exceeds u x total, skipping whole blocks by their sums.
   const double r = u * total;
   double cum = 0;

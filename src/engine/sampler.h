@@ -58,6 +58,8 @@ class Sampler {  // one per generated sequence; owns its random stream
   SampleResult result(int32_t token);  // with the logprobs asked for, from raw_
   bool weigh(std::span<float> logits);  // logits -> kept weights (temperature, min_p, top-k/p); false: all masked
   int32_t pick(std::span<const float> weights, double u);
+  double sum_blocks(std::span<const float> weights);  // fills block_sums_; returns the total
+  int32_t pick_summed(std::span<const float> weights, double total, double u);  // with block_sums_ filled
   void apply_penalties(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
   int32_t draw(std::span<float> logits);
   void truncate(std::span<float> weights);  // top-k and top-p: zeroes the weights cut off
