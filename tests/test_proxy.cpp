@@ -617,6 +617,43 @@ TEST(ProxyRetry, PrefillMovesToAnotherInstanceWhenOneIsDownOr5xx) {
       << m;
 }
 
+TEST(ProxyRetry, PrefillRetryAvoidsTheFailedInstanceThoughItIsLeastLoaded) {
+  ClosedPort dead;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::atomic<int> seen{0};
+  FakeUpstream busy([&](http::Exchange& ex) {
+    if (seen++ == 0) {  // the first request stays, so that this instance carries load
+      std::unique_lock lock(mu);
+      cv.wait_for(lock, 10s, [&] { return release; });
+    }
+    prefill_ok("busy")(ex);
+  });
+  FakeUpstream d(decode_ok());
+  RunningProxy proxy({dead.port(), busy.port()}, {d.port()});
+  auto held = std::async(std::launch::async, [&] { return post(proxy.port(), "/v1/completions", kRequest); });
+  ASSERT_TRUE(eventually([&] { return busy.count() == 1; }));
+  // The dead instance carries no load, yet after failing this request it is not asked again.
+  const Reply r = post(proxy.port(), "/v1/completions", kRequest);
+  EXPECT_EQ(r.head.status, 200);
+  EXPECT_EQ(busy.count(), 2u);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(held.get().head.status, 200);
+  const auto dr = d.requests();
+  ASSERT_EQ(dr.size(), 2u);
+  for (const auto& q : dr) EXPECT_EQ(ojson::parse(q.body)["kv_transfer_params"]["remote_engine_id"], "busy") << q.body;
+  const std::string m = call(proxy.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric(m, "kimi_proxy_instance_failures_total{role=\"prefill\",instance=\"127.0.0.1:" +
+                          std::to_string(dead.port()) + "\"}"),
+            2)
+      << m;
+}
+
 TEST(ProxyRetry, EveryPrefillFailingLeavesTheDecodeToComputeThePrompt) {
   FakeUpstream failing([](http::Exchange& ex) { ex.respond(json_reply(503, R"({"error":"down"})")); });
   FakeUpstream d(decode_ok());
