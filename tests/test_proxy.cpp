@@ -904,5 +904,104 @@ TEST(ProxyProcess, ServesAndStopsOnSigterm) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
+// ------------------------------------------------------------------------------------------------
+// A `kimi serve` process on 127.0.0.1 (any free port), stopped with the object.
+class ServeProcess {
+ public:
+  ServeProcess(const std::filesystem::path& model, const std::filesystem::path& log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::freopen(log.c_str(), "w", stderr);
+      ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+              "--max-model-len", "1024", "--kv-cache-memory", "16777216", "--api-threads", "8", (char*)nullptr);
+      std::_Exit(127);
+    }
+    eventually(
+        [&] {
+          std::ifstream in(log);
+          const std::string text((std::istreambuf_iterator<char>(in)), {});
+          const size_t at = text.find("http://127.0.0.1:");
+          if (at != std::string::npos) port_ = std::atoi(text.c_str() + at + 17);
+          return port_ > 0;
+        },
+        30000ms);
+  }
+  ~ServeProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// The text of a completion answer, whole or streamed (the SSE events' choices[0] text or delta
+// content, in order).
+std::string completion_text(const std::string& body) {
+  std::string out;
+  auto take = [&](const ojson& j) {
+    if (!j.contains("choices") || j["choices"].empty()) return;
+    const ojson& c = j["choices"][0];
+    if (c.contains("text") && c["text"].is_string()) out += c["text"].get<std::string>();
+    for (const char* k : {"message", "delta"})
+      if (c.contains(k) && c[k].contains("content") && c[k]["content"].is_string())
+        out += c[k]["content"].get<std::string>();
+  };
+  if (body.rfind("data: ", 0) != 0) {
+    take(ojson::parse(body, nullptr, false));
+    return out;
+  }
+  for (size_t p = 0; (p = body.find("data: ", p)) != std::string::npos;) {
+    const size_t e = body.find("\n\n", p);
+    const std::string data = body.substr(p + 6, e - p - 6);
+    if (data != "[DONE]") take(ojson::parse(data, nullptr, false));
+    p = e;
+  }
+  return out;
+}
+
+// Real instances: one prefill and one decode `kimi serve` on the tiny model behind the proxy give
+// the greedy outputs of a single instance, whole and streamed, on both endpoints.
+TEST(ProxyServeE2e, OnePrefillOneDecodeMatchesOneInstance) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  ServeProcess prefill(model, dir.path() / "prefill.log"), decode(model, dir.path() / "decode.log");
+  ASSERT_GT(prefill.port(), 0) << "kimi serve (prefill) did not start";
+  ASSERT_GT(decode.port(), 0) << "kimi serve (decode) did not start";
+  RunningProxy proxy({prefill.port()}, {decode.port()});
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/completions", R"({"model":")" + model.string() + R"(","prompt":"The quick brown fox","max_tokens":12,"temperature":0})"},
+      {"/v1/completions", R"({"model":")" + model.string() +
+                              R"(","prompt":"Once upon a time","max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}})"},
+      {"/v1/chat/completions", R"({"model":")" + model.string() +
+                                   R"(","messages":[{"role":"user","content":"Hello"}],"max_tokens":12,"temperature":0,"stream":true})"}};
+  for (const auto& [path, body] : cases) {
+    const Reply direct = post(decode.port(), path, body);
+    const Reply via = post(proxy.port(), path, body);
+    ASSERT_EQ(direct.head.status, 200) << direct.body;
+    ASSERT_EQ(via.head.status, 200) << via.body;
+    EXPECT_EQ(via.header("Content-Type"), direct.header("Content-Type"));
+    const std::string text = completion_text(direct.body);
+    EXPECT_FALSE(text.empty()) << direct.body;
+    EXPECT_EQ(completion_text(via.body), text) << path << " " << body;
+  }
+  const std::string m = call(proxy.port(), "GET", "/metrics").body;
+  EXPECT_EQ(metric(m, "kimi_proxy_requests_total"), 3) << m;
+  EXPECT_EQ(metric(m, "kimi_proxy_failures_total{reason=\"no_decode_instance\"}"), 0) << m;
+  // Every prefill ran (on the instance that was asked), none failed.
+  const std::string pl = "role=\"prefill\",instance=\"127.0.0.1:" + std::to_string(prefill.port()) + "\"";
+  EXPECT_EQ(metric(m, "kimi_proxy_instance_requests_total{" + pl + "}"), 3) << m;
+  EXPECT_EQ(metric(m, "kimi_proxy_instance_failures_total{" + pl + "}"), 0) << m;
+  EXPECT_EQ(metric(m, "kimi_proxy_decode_without_kv_total{reason=\"prefill_failed\"}"), 0) << m;
+  // The models list comes from the decode instance.
+  const Reply models = call(proxy.port(), "GET", "/v1/models");
+  EXPECT_EQ(ojson::parse(models.body)["data"][0]["id"], model.string()) << models.body;
+}
+
 }  // namespace
 }  // namespace kimi
