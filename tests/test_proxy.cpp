@@ -857,6 +857,53 @@ TEST(ProxyEndpoints, HealthcheckModelsAndMetrics) {
   EXPECT_EQ(metric(t, "kimi_proxy_failures_total{reason=\"no_decode_instance\"}"), 0) << t;
 }
 
+// Many streams at once through 2P2D: every client gets its own stream whole, the loads spread,
+// and every lease is returned.
+TEST(ProxyLoad, ConcurrentStreamsAllComplete) {
+  FakeUpstream p1(prefill_ok("P1")), p2(prefill_ok("P2"));
+  auto streamer = [](const std::string& name) {
+    return [name](http::Exchange& ex) {
+      const ojson req = ojson::parse(ex.request().body);
+      ex.start_stream(200, {{"Content-Type", "text/event-stream"}});
+      for (int i = 0; i < 5; ++i) {
+        std::this_thread::sleep_for(2ms);
+        ex.write("data: {\"n\":" + std::to_string(i) + ",\"prompt\":" + req["prompt"].dump() + "}\n\n");
+      }
+      ex.write("data: [DONE]\n\n");
+    };
+  };
+  FakeUpstream d1(streamer("d1")), d2(streamer("d2"));
+  RunningProxy proxy({p1.port(), p2.port()}, {d1.port(), d2.port()});
+  constexpr int kClients = 24;
+  std::vector<std::future<std::pair<std::string, std::string>>> results;
+  for (int c = 0; c < kClients; ++c)
+    results.push_back(std::async(std::launch::async, [&, c] {
+      const std::string prompt = "client " + std::to_string(c);
+      std::string expected;
+      for (int i = 0; i < 5; ++i) expected += "data: {\"n\":" + std::to_string(i) + ",\"prompt\":\"" + prompt + "\"}\n\n";
+      expected += "data: [DONE]\n\n";
+      const Reply r = post(proxy.port(), "/v1/completions", R"({"prompt":")" + prompt + R"(","stream":true})");
+      return std::make_pair(expected, r.body);
+    }));
+  for (auto& f : results) {
+    const auto [expected, got] = f.get();
+    EXPECT_EQ(got, expected);
+  }
+  EXPECT_EQ(p1.count() + p2.count(), size_t(kClients));
+  EXPECT_EQ(d1.count() + d2.count(), size_t(kClients));
+  EXPECT_GT(d1.count(), 0u);
+  EXPECT_GT(d2.count(), 0u);
+  EXPECT_GT(p1.count(), 0u);
+  EXPECT_GT(p2.count(), 0u);
+  const std::string m = call(proxy.port(), "GET", "/metrics").body;
+  for (const FakeUpstream* u : {&p1, &p2, &d1, &d2}) {
+    const std::string role = u == &p1 || u == &p2 ? "prefill" : "decode";
+    const std::string l = "role=\"" + role + "\",instance=\"127.0.0.1:" + std::to_string(u->port()) + "\"";
+    EXPECT_EQ(metric(m, "kimi_proxy_instance_in_flight{" + l + "}"), 0) << m;
+    EXPECT_EQ(metric(m, "kimi_proxy_instance_load{" + l + "}"), 0) << m;
+  }
+}
+
 // `kimi proxy` as a process: it announces its port, proxies, and stops on SIGTERM.
 TEST(ProxyProcess, ServesAndStopsOnSigterm) {
   FakeUpstream p(prefill_ok());
