@@ -296,7 +296,8 @@ TEST(ProxyArgs, ListsFollowTheirFlagAsArgparseNargsPlus) {
   bool help = true;
   const proxy::ProxyConfig c = proxy::parse_proxy_args(
       {"--host", "127.0.0.1", "--port", "9000", "--prefiller-hosts", "p1", "p2", "--prefiller-ports", "8100", "8101",
-       "--decoder-hosts", "d1", "--decoder-ports=8200", "--max-retries", "5", "--retry-delay", "0.25"},
+       "--decoder-hosts", "d1", "--decoder-ports=8200", "--max-retries", "5", "--retry-delay", "0.25",
+       "--api-threads", "64"},
       &help);
   EXPECT_FALSE(help);
   EXPECT_EQ(c.host, "127.0.0.1");
@@ -308,6 +309,7 @@ TEST(ProxyArgs, ListsFollowTheirFlagAsArgparseNargsPlus) {
   EXPECT_EQ(c.decoders[0].name(), "d1:8200");
   EXPECT_EQ(c.max_retries, 5);
   EXPECT_DOUBLE_EQ(c.retry_delay_s, 0.25);
+  EXPECT_EQ(c.work_threads, 64);
 
   // The defaults of vLLM's proxies.
   const proxy::ProxyConfig d = proxy::parse_proxy_args({});
@@ -316,6 +318,7 @@ TEST(ProxyArgs, ListsFollowTheirFlagAsArgparseNargsPlus) {
   EXPECT_EQ(d.decoders[0].name(), "localhost:8200");
   EXPECT_EQ(d.max_retries, 3);
   EXPECT_DOUBLE_EQ(d.retry_delay_s, 0.001);
+  EXPECT_EQ(d.work_threads, 256);
 
   proxy::parse_proxy_args({"--port", "1", "--help"}, &help);
   EXPECT_TRUE(help);
@@ -339,6 +342,7 @@ TEST(ProxyArgs, BadArgumentsAreClearErrors) {
   EXPECT_NE(error_of({"--port", "70000"}).find("not a port"), std::string::npos);
   EXPECT_NE(error_of({"--max-retries", "-1"}).find("--max-retries"), std::string::npos);
   EXPECT_NE(error_of({"--retry-delay", "soon"}).find("--retry-delay"), std::string::npos);
+  EXPECT_NE(error_of({"--api-threads", "0"}).find("--api-threads"), std::string::npos);
   EXPECT_NE(error_of({"--prefiller-hosts"}).find("needs a value"), std::string::npos);
   EXPECT_NE(error_of({"--decoders", "x"}).find("unknown option '--decoders'"), std::string::npos);
   EXPECT_NE(error_of({"stray"}).find("unexpected argument 'stray'"), std::string::npos);

@@ -29,7 +29,9 @@ const char* proxy_usage() {
          "                               error or a 5xx (default 3); a decode is retried only\n"
          "                               before its first byte reached the client\n"
          "  --retry-delay SECONDS        wait before the first retry, doubled before each next one\n"
-         "                               (default 0.001)\n\n"
+         "                               (default 0.001)\n"
+         "  --api-threads N              requests answered at once (default 256; a request holds\n"
+         "                               a thread until its answer ends, a stream for its life)\n\n"
          "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models (from a decode\n"
          "instance), GET /healthcheck, GET /metrics (Prometheus text)\n";
 }
@@ -63,7 +65,8 @@ std::vector<Endpoint> endpoints(const std::string& role, const std::vector<std::
 ProxyConfig parse_proxy_args(const std::vector<std::string>& args, bool* help) {
   const std::map<std::string, bool> flags = {  // name -> takes a list (nargs='+')
       {"host", false},          {"port", false},          {"prefiller-hosts", true}, {"prefiller-ports", true},
-      {"decoder-hosts", true},  {"decoder-ports", true},  {"max-retries", false},    {"retry-delay", false}};
+      {"decoder-hosts", true},  {"decoder-ports", true},  {"max-retries", false},    {"retry-delay", false},
+      {"api-threads", false}};
   std::map<std::string, std::vector<std::string>> given;
   if (help) *help = false;
   for (const auto& a : args)
@@ -114,6 +117,15 @@ ProxyConfig parse_proxy_args(const std::vector<std::string>& args, bool* help) {
     if (v.empty() || *end != '\0' || errno != 0 || n < 0 || n > 1000)
       throw Error("--max-retries: '" + v + "' is not a count (0..1000)");
     c.max_retries = int(n);
+  }
+  {
+    const std::string v = one("api-threads", "256");
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno != 0 || n < 1 || n > 65536)
+      throw Error("--api-threads: '" + v + "' is not a thread count (1..65536)");
+    c.work_threads = int(n);
   }
   {
     const std::string v = one("retry-delay", "0.001");

@@ -21,9 +21,8 @@ struct ProxyConfig {
   std::vector<Endpoint> decoders;
   int max_retries = 3;       // further attempts, each on another instance where there is one
   double retry_delay_s = 0.001;  // before the first retry, doubled before each next one
-  // Not flags: the server's worker threads (a request holds one for its life) and the waits on
-  // upstreams (a decode stream may be quiet for a long time between tokens).
-  int work_threads = 256;
+  int work_threads = 256;  // --api-threads: a request holds one for its life
+  // Not flags: the waits on upstreams (a decode stream may be quiet for long between tokens).
   double connect_timeout_s = 10;
   double io_timeout_s = 600;
 };
