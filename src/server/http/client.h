@@ -34,7 +34,8 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
                          const std::function<bool(std::string_view)>& on_body);
 
 // Lets another thread end a request in flight (`kimi proxy`: the client hung up, so the upstream
-// request must stop): cancel() shuts the socket down, which wakes a wait at once.
+// request must stop): cancel() shuts the socket down, which wakes a wait at once (a connect in
+// progress still runs to its time limit). A canceled token stays so: later requests end at once.
 class CancelToken {
  public:
   void cancel();
