@@ -87,10 +87,91 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+}  // namespace
+
+const char* describe(ClientError e) {
+  switch (e) {
+    case ClientError::None: return "no error";
+    case ClientError::Resolve: return "cannot resolve the host name";
+    case ClientError::Connection: return "cannot connect (is the server running on that host and port?)";
+    case ClientError::ConnectionTimeout: return "connection timed out";
+    case ClientError::Write: return "the connection closed while sending the request";
+    case ClientError::Read: return "the connection closed or timed out while reading the response";
+    case ClientError::Canceled: return "canceled";
+  }
+  return "unknown error";
+}
+
+bool split_host_port(const std::string& url, std::string& host, int& port) {
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) return false;
+  std::string rest = url.substr(scheme.size());
+  port = 80;
+  if (!rest.empty() && rest[0] == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) return false;
+    host = rest.substr(1, close - 1);
+    rest = rest.substr(close + 1);
+  } else {
+    const size_t colon = rest.find(':');
+    host = rest.substr(0, colon);
+    rest = colon == std::string::npos ? "" : rest.substr(colon);
+  }
+  if (!rest.empty()) {
+    if (rest[0] != ':' || rest.size() < 2 || rest.size() > 6) return false;
+    for (size_t i = 1; i < rest.size(); ++i)
+      if (rest[i] < '0' || rest[i] > '9') return false;
+    port = std::atoi(rest.c_str() + 1);
+  }
+  return !host.empty() && port > 0 && port < 65536;
+}
+
+void CancelToken::cancel() {
+  std::lock_guard lock(mu_);
+  canceled_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool CancelToken::canceled() const {
+  std::lock_guard lock(mu_);
+  return canceled_;
+}
+
+// Registers a socket with a token for the life of a request, so that cancel() never touches a
+// descriptor that was closed (and perhaps reused) meanwhile.
+class CancelAttachment {
+ public:
+  CancelAttachment(CancelToken* token, int fd) : token_(token) {
+    if (!token_) return;
+    std::lock_guard lock(token_->mu_);
+    token_->fd_ = fd;
+    if (token_->canceled_) ::shutdown(fd, SHUT_RDWR);
+  }
+  ~CancelAttachment() {
+    if (!token_) return;
+    std::lock_guard lock(token_->mu_);
+    token_->fd_ = -1;
+  }
+  CancelAttachment(const CancelAttachment&) = delete;
+  CancelAttachment& operator=(const CancelAttachment&) = delete;
+
+ private:
+  CancelToken* token_;
+};
+
+const std::string* ResponseHead::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (iequals(k, name)) return &v;
+  return nullptr;
+}
+
+namespace {
+
 // Sends the request on a connected socket and reads the response.
 ClientError exchange(int fd, const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
                      const std::function<void(const ResponseHead&)>& on_head,
                      const std::function<bool(std::string_view)>& on_body) {
+
   std::string out = req.method + " " + req.target + " HTTP/1.1\r\nHost: " +
                     (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port) +
                     "\r\nConnection: close\r\n";
@@ -195,88 +276,6 @@ ClientError exchange(int fd, const std::string& host, int port, const ClientRequ
 
 }  // namespace
 
-const char* describe(ClientError e) {
-  switch (e) {
-    case ClientError::None: return "no error";
-    case ClientError::Resolve: return "cannot resolve the host name";
-    case ClientError::Connection: return "cannot connect (is the server running on that host and port?)";
-    case ClientError::ConnectionTimeout: return "connection timed out";
-    case ClientError::Write: return "the connection closed while sending the request";
-    case ClientError::Read: return "the connection closed or timed out while reading the response";
-    case ClientError::Canceled: return "canceled";
-  }
-  return "unknown error";
-}
-
-bool split_host_port(const std::string& url, std::string& host, int& port) {
-  const std::string scheme = "http://";
-  if (url.rfind(scheme, 0) != 0) return false;
-  std::string rest = url.substr(scheme.size());
-  port = 80;
-  if (!rest.empty() && rest[0] == '[') {
-    const size_t close = rest.find(']');
-    if (close == std::string::npos) return false;
-    host = rest.substr(1, close - 1);
-    rest = rest.substr(close + 1);
-  } else {
-    const size_t colon = rest.find(':');
-    host = rest.substr(0, colon);
-    rest = colon == std::string::npos ? "" : rest.substr(colon);
-  }
-  if (!rest.empty()) {
-    if (rest[0] != ':' || rest.size() < 2 || rest.size() > 6) return false;
-    for (size_t i = 1; i < rest.size(); ++i)
-      if (rest[i] < '0' || rest[i] > '9') return false;
-    port = std::atoi(rest.c_str() + 1);
-  }
-  return !host.empty() && port > 0 && port < 65536;
-}
-
-void CancelToken::cancel() {
-  std::lock_guard lock(mu_);
-  canceled_ = true;
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
-}
-
-bool CancelToken::canceled() const {
-  std::lock_guard lock(mu_);
-  return canceled_;
-}
-
-// Registers a socket with a token for the life of a request, so that cancel() never touches a
-// descriptor that was closed (and perhaps reused) meanwhile.
-class CancelAttachment {
- public:
-  CancelAttachment(CancelToken* token, int fd) : token_(token) {
-    if (!token_) return;
-    std::lock_guard lock(token_->mu_);
-    token_->fd_ = fd;
-    if (token_->canceled_) ::shutdown(fd, SHUT_RDWR);
-  }
-  ~CancelAttachment() {
-    if (!token_) return;
-    std::lock_guard lock(token_->mu_);
-    token_->fd_ = -1;
-  }
-  CancelAttachment(const CancelAttachment&) = delete;
-  CancelAttachment& operator=(const CancelAttachment&) = delete;
-
- private:
-  CancelToken* token_;
-};
-
-const std::string* ResponseHead::header(std::string_view name) const {
-  for (const auto& [k, v] : headers)
-    if (iequals(k, name)) return &v;
-  return nullptr;
-}
-
-ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
-                         const std::function<void(int)>& on_status, const std::function<bool(std::string_view)>& on_body) {
-  return send_request(
-      host, port, req, t, [&](const ResponseHead& h) { on_status(h.status); }, on_body, nullptr);
-}
-
 ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
                          const std::function<void(const ResponseHead&)>& on_head,
                          const std::function<bool(std::string_view)>& on_body, CancelToken* cancel) {
@@ -288,6 +287,12 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
   const ClientError e = exchange(sock.get(), host, port, req, t, on_head, on_body);
   // A shut-down socket reads as a closed connection: report the cancel, not a server fault.
   return e != ClientError::None && cancel && cancel->canceled() ? ClientError::Canceled : e;
+}
+
+ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
+                         const std::function<void(int)>& on_status, const std::function<bool(std::string_view)>& on_body) {
+  return send_request(
+      host, port, req, t, [&](const ResponseHead& h) { on_status(h.status); }, on_body, nullptr);
 }
 
 }  // namespace kimi::http
