@@ -531,6 +531,14 @@ TEST(ProxyFlow, ErrorsAreTheRequestsOrPassedThrough) {
   const ojson e = ojson::parse(bad.body);
   EXPECT_EQ(e["error"]["type"], "BadRequestError");
   EXPECT_EQ(e["error"]["code"], 400);
+  // Nesting deep enough to overflow a recursive copy or dump is refused before any.
+  const Reply deep = post(proxy.port(), "/v1/completions",
+                          R"({"prompt":"x","extra":)" + std::string(200000, '[') + std::string(200000, ']') + "}");
+  EXPECT_EQ(deep.head.status, 400);
+  EXPECT_NE(ojson::parse(deep.body)["error"]["message"].get<std::string>().find("nests"), std::string::npos) << deep.body;
+  const Reply text = post(proxy.port(), "/v1/completions", "not json");
+  EXPECT_EQ(text.head.status, 400);
+  EXPECT_EQ(ojson::parse(text.body)["error"]["code"], 400);
   EXPECT_EQ(p.count(), 1u);
   // Unknown routes and methods.
   const Reply nf = call(proxy.port(), "GET", "/v1/nothing");

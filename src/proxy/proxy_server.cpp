@@ -8,6 +8,7 @@
 #include "proxy/disagg_request.h"
 #include "proxy/upstream.h"
 #include "server/api_error.h"
+#include "server/json_body.h"
 
 namespace kimi::proxy {
 
@@ -168,7 +169,13 @@ void ProxyServer::models(Exchange& ex) {
 void ProxyServer::completions(Exchange& ex) {
   const http::HttpRequest& in = ex.request();
   ++counters_.client_requests;
-  const ojson request = ojson::parse(in.body, nullptr, false);
+  // The server's parse: nesting is bounded, as the copies and dumps below recurse.
+  ojson request;
+  try {
+    request = parse_json_body(in.body);
+  } catch (const ApiError& e) {
+    return ex.respond(error_response(e.status(), e.what()));
+  }
   if (!request.is_object()) return ex.respond(error_response(400, "the request body must be a JSON object"));
 
   // The same id goes to both instances (vLLM's proxies do so; logs and KV hand-off match it).
