@@ -390,6 +390,7 @@ TEST(ProxyRewrite, PrefillRequestAsksForARemoteDecodeOfOneToken) {
   EXPECT_FALSE(proxy::kv_params_of_response(R"({"id":"x"})"));
   EXPECT_FALSE(proxy::kv_params_of_response(R"({"id":"x","kv_transfer_params":null})"));
   EXPECT_FALSE(proxy::kv_params_of_response("not json"));
+  EXPECT_FALSE(proxy::kv_params_of_response(R"({"a":)" + std::string(100000, '[') + std::string(100000, ']') + "}"));
 }
 
 TEST(ProxyBalance, PoolPicksTheLeastLoadedWithRoundRobinTies) {

@@ -1,5 +1,8 @@
 #include "proxy/disagg_request.h"
 
+#include "common/error.h"
+#include "server/json_body.h"
+
 namespace kimi::proxy {
 
 ojson make_prefill_request(const ojson& request) {
@@ -15,7 +18,12 @@ ojson make_prefill_request(const ojson& request) {
 }
 
 std::optional<ojson> kv_params_of_response(const std::string& body) {
-  const ojson j = ojson::parse(body, nullptr, false);
+  ojson j;
+  try {
+    j = parse_json_body(body);  // nesting bounded, as for requests
+  } catch (const Error&) {
+    return std::nullopt;
+  }
   if (!j.is_object()) return std::nullopt;
   const auto it = j.find("kv_transfer_params");
   if (it == j.end() || !it->is_object()) return std::nullopt;
