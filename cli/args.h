@@ -31,6 +31,7 @@ int run_make_model(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_serve(int argc, char** argv);
+int run_proxy(int argc, char** argv);
 int run_chat(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_detokenize(int argc, char** argv);

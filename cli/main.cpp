@@ -15,6 +15,7 @@ void usage() {
       "usage: kimi <command> [options]\n\n"
       "commands:\n"
       "  serve MODEL_DIR      OpenAI-compatible HTTP server (flags as in vllm serve)\n"
+      "  proxy                prefill/decode disaggregation load balancer (vLLM's proxy flags)\n"
       "  make-model OUT_DIR   write a checkpoint of the Kimi-K2.5 layout with random weights\n"
       "  export-gguf DIR OUT  write the checkpoint as a llama.cpp GGUF file (deepseek2)\n"
       "  generate             run a prompt through a model and print the continuation\n"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   try {
     if (cmd == "serve") return kimi::cli::run_serve(argc, argv);
+    if (cmd == "proxy") return kimi::cli::run_proxy(argc, argv);
     if (cmd == "chat") return kimi::cli::run_chat(argc, argv);
     if (cmd == "make-model") return kimi::cli::run_make_model(argc, argv);
     if (cmd == "generate") return kimi::cli::run_generate(argc, argv);

@@ -126,12 +126,51 @@ bool split_host_port(const std::string& url, std::string& host, int& port) {
   return !host.empty() && port > 0 && port < 65536;
 }
 
-ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
-                         const std::function<void(int)>& on_status, const std::function<bool(std::string_view)>& on_body) {
-  ClientError err;
-  Socket sock(connect_to(host, port, t.connect_s, err));
-  if (sock.get() < 0) return err;
-  const int fd = sock.get();
+void CancelToken::cancel() {
+  std::lock_guard lock(mu_);
+  canceled_ = true;
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+bool CancelToken::canceled() const {
+  std::lock_guard lock(mu_);
+  return canceled_;
+}
+
+// Registers a socket with a token for the life of a request, so that cancel() never touches a
+// descriptor that was closed (and perhaps reused) meanwhile.
+class CancelAttachment {
+ public:
+  CancelAttachment(CancelToken* token, int fd) : token_(token) {
+    if (!token_) return;
+    std::lock_guard lock(token_->mu_);
+    token_->fd_ = fd;
+    if (token_->canceled_) ::shutdown(fd, SHUT_RDWR);
+  }
+  ~CancelAttachment() {
+    if (!token_) return;
+    std::lock_guard lock(token_->mu_);
+    token_->fd_ = -1;
+  }
+  CancelAttachment(const CancelAttachment&) = delete;
+  CancelAttachment& operator=(const CancelAttachment&) = delete;
+
+ private:
+  CancelToken* token_;
+};
+
+const std::string* ResponseHead::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (iequals(k, name)) return &v;
+  return nullptr;
+}
+
+namespace {
+
+// Sends the request on a connected socket and reads the response.
+ClientError exchange(int fd, const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
+                     const std::function<void(const ResponseHead&)>& on_head,
+                     const std::function<bool(std::string_view)>& on_body) {
 
   std::string out = req.method + " " + req.target + " HTTP/1.1\r\nHost: " +
                     (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port) +
@@ -181,6 +220,8 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
   buf.erase(0, head_end + 4);
   bool chunked = false, has_length = false;
   size_t length = 0;
+  ResponseHead response_head;
+  response_head.status = status;
   for (size_t p = head.find("\r\n") + 2; p < head.size();) {
     const size_t e = head.find("\r\n", p);
     const std::string line = head.substr(p, e - p);
@@ -189,6 +230,8 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
     if (colon == std::string::npos) continue;
     std::string value = line.substr(colon + 1);
     value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t") + 1);
+    response_head.headers.emplace_back(line.substr(0, colon), value);
     if (iequals(line.substr(0, colon), "Content-Length")) {
       has_length = true;
       length = size_t(std::strtoull(value.c_str(), nullptr, 10));
@@ -196,7 +239,7 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
       chunked = value.find("chunked") != std::string::npos;
     }
   }
-  on_status(status);
+  on_head(response_head);
   // Hands exactly `size` body bytes to on_body (a chunk, or a Content-Length body).
   auto read_exactly = [&](size_t size) -> ClientError {
     for (size_t left = size; left > 0;) {
@@ -229,6 +272,27 @@ ClientError send_request(const std::string& host, int port, const ClientRequest&
     buf.clear();
     if (!fill()) return eof ? ClientError::None : ClientError::Read;
   }
+}
+
+}  // namespace
+
+ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
+                         const std::function<void(const ResponseHead&)>& on_head,
+                         const std::function<bool(std::string_view)>& on_body, CancelToken* cancel) {
+  if (cancel && cancel->canceled()) return ClientError::Canceled;
+  ClientError err;
+  Socket sock(connect_to(host, port, t.connect_s, err));
+  if (sock.get() < 0) return err;
+  const CancelAttachment attached(cancel, sock.get());
+  const ClientError e = exchange(sock.get(), host, port, req, t, on_head, on_body);
+  // A shut-down socket reads as a closed connection: report the cancel, not a server fault.
+  return e != ClientError::None && cancel && cancel->canceled() ? ClientError::Canceled : e;
+}
+
+ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& t,
+                         const std::function<void(int)>& on_status, const std::function<bool(std::string_view)>& on_body) {
+  return send_request(
+      host, port, req, t, [&](const ResponseHead& h) { on_status(h.status); }, on_body, nullptr);
 }
 
 }  // namespace kimi::http

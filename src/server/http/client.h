@@ -3,6 +3,7 @@
 // http, a connect timeout and a read/write timeout per wait, and the response body handed over
 // as it arrives, de-chunked (SSE streams are read while they are produced).
 #include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -31,6 +32,33 @@ struct ClientTimeouts {
 ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& timeouts,
                          const std::function<void(int status)>& on_status,
                          const std::function<bool(std::string_view)>& on_body);
+
+// Lets another thread end a request in flight (`kimi proxy`: the client hung up, so the upstream
+// request must stop): cancel() shuts the socket down, which wakes a wait at once (a connect in
+// progress still runs to its time limit). A canceled token stays so: later requests end at once.
+class CancelToken {
+ public:
+  void cancel();
+  bool canceled() const;
+
+ private:
+  friend class CancelAttachment;
+  mutable std::mutex mu_;
+  int fd_ = -1;  // the socket of the request in flight, -1 between requests
+  bool canceled_ = false;
+};
+
+// The status line and headers of a response (names as sent).
+struct ResponseHead {
+  int status = 0;
+  Headers headers;
+  const std::string* header(std::string_view name) const;  // the first of that name, any case
+};
+
+// As above, with the response's headers, and `cancel` (may be null) to end it from another thread.
+ClientError send_request(const std::string& host, int port, const ClientRequest& req, const ClientTimeouts& timeouts,
+                         const std::function<void(const ResponseHead&)>& on_head,
+                         const std::function<bool(std::string_view)>& on_body, CancelToken* cancel);
 
 // "http://host:port" (or "http://[v6]:port", port 80 if absent) split into host and port; false
 // if it does not look like that.
