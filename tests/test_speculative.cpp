@@ -292,7 +292,8 @@ TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
   for (size_t i = 2; i < shared.size(); ++i) shared[i].insert(shared[i].begin(), shared[i - 2].begin(), shared[i - 2].end());
   const auto want_shared = plain.generate(shared, sp);
   EngineConfig tight = c;
-  tight.num_kv_blocks_override = 40;
+  tight.scheduler.max_model_len = 80;  // one sequence of up to 65 tokens fits in 24 blocks; four do not
+  tight.num_kv_blocks_override = 24;
   tight.scheduler.max_num_batched_tokens = 12;
   tight.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
   Engine spec(model, nullptr, tight);
