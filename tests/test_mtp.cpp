@@ -96,6 +96,18 @@ TEST(MtpLayout, MakeModelWritesTheLayerAndTheTargetIgnoresIt) {
   EXPECT_EQ(forward_sequence(a, ids, ca, true), forward_sequence(b, ids, cb, true));
 }
 
+TEST(MtpLayout, MakeModelCliFlag) {
+  test::TempDir dir;
+  const auto out = dir.path() / "v3";
+  const test::CmdResult r = test::run_kimi("make-model " + out.string() + " --preset tiny --form deepseek-v3 --mtp-layers 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const ModelConfig c = ModelConfig::load(out);
+  EXPECT_EQ(c.num_nextn_predict_layers, 1);
+  // The flat DeepSeek-V3 form names it exactly as the release: model.layers.<L>.eh_proj.weight.
+  EXPECT_NE(Checkpoint(out).find("model.layers." + std::to_string(c.num_hidden_layers) + ".eh_proj.weight"), nullptr);
+  EXPECT_NE(test::run_kimi("make-model " + (dir.path() / "bad").string() + " --mtp-layers -1").status, 0);
+}
+
 class MtpGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

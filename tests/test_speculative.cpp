@@ -1,8 +1,9 @@
 // Speculative decoding through the engine on the trained mini model: token ids at temperature 0
 // equal those without speculation (alone, batched, with chunked prefill, prefix hits and
 // preemption in the mix, with stops and max_tokens inside an accepted run), seeded sampling is
-// reproducible, the metrics add up; and the rejection rule keeps the target's distribution
-// exactly (a chi-square test that a wrong rule fails).
+// reproducible, the metrics add up; random Eagle3 drafts and a random MTP layer on the tiny preset
+// change no token; and the rejection rule keeps the target's distribution exactly (a chi-square
+// test that a wrong rule fails).
 #include <gtest/gtest.h>
 
 #include <cmath>
