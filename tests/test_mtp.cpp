@@ -108,6 +108,23 @@ TEST(MtpLayout, MakeModelCliFlag) {
   EXPECT_NE(test::run_kimi("make-model " + (dir.path() / "bad").string() + " --mtp-layers -1").status, 0);
 }
 
+TEST(MtpLayout, Int4CheckpointLoadsTheLayerAsStored) {
+  // make-model --quant int4: the MTP layer's routed experts in the release's INT4 layout, its
+  // eh_proj and shared head in bf16 (listed in the quantization_config's ignore list).
+  test::TempDir dir;
+  MakeModelOptions o = with_mtp();
+  o.quant = QuantPreset::Int4;
+  const auto path = test::make_tiny_model(dir, "int4", o);
+  Model model(path, ModelOptions{.num_threads = 2});
+  MtpLayer layer(path, model.config(), 8, 4, &model.weights().embed);
+  const std::vector<int32_t> tokens = {5, 6, 7}, blocks = {2, 5};
+  const std::vector<float> hidden(size_t(3 * model.config().hidden_size), 0.5f);
+  const MtpSequence s{.tokens = tokens, .hidden = hidden, .first_position = 0, .block_ids = blocks};
+  const MtpOutput out = layer.forward(model.pool(), {&s, 1});
+  ASSERT_EQ(out.logits.size(), size_t(model.config().vocab_size));
+  for (float v : out.logits) ASSERT_TRUE(std::isfinite(v));
+}
+
 class MtpGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

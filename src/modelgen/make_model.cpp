@@ -221,6 +221,9 @@ MakeModelPlan plan_model(const MakeModelOptions& o) {
   if (o.quant == QuantPreset::Int4) {
     // The release carries the same quantization_config at the top level and in text_config.
     config["quantization_config"] = CompressedTensorsConfig::kimi_k25_int4_json();
+    // The MTP layers' own projection and head stay in bf16 like the target's lm_head.
+    if (mc.num_nextn_predict_layers > 0)
+      for (const char* m : {"re:.*eh_proj.*", "re:.*shared_head.*"}) config["quantization_config"]["ignore"].push_back(m);
     if (config.contains("text_config")) config["text_config"]["quantization_config"] = config["quantization_config"];
   } else if (o.quant != QuantPreset::None) {
     description["model_quant_type"] = o.quant == QuantPreset::W4A8 ? "W4A8_DYNAMIC" : "W8A8_DYNAMIC";
