@@ -30,7 +30,7 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, Model& targe
           MtpProposerOptions{num_blocks, block_size, &target.weights().embed, target.weights().final_norm});
     case Method::None: return nullptr;
   }
-  throw Error(std::string("--speculative-config: method ") + method_name(c.method) + " is not supported yet");
+  throw Error(std::string("internal: no proposer for method ") + method_name(c.method));
 }
 
 }  // namespace kimi::spec
