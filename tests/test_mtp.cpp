@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/checkpoint.h"
+#include "format/safetensors.h"
 #include "model/model.h"
 #include "model/mtp_layer.h"
 #include "model/tensor_layout.h"
@@ -264,6 +265,34 @@ TEST_F(MtpGolden, BatchedRowsEqualSingleRows) {
   EXPECT_LT(max_diff(b.logits.data(), a0.logits.data(), vocab()), tolerance(a0.logits.data(), vocab()));
   EXPECT_LT(max_diff(b.logits.data() + vocab(), a1.logits.data(), vocab()), tolerance(a1.logits.data(), vocab()));
   EXPECT_EQ(b.argmax, (std::vector<int32_t>{a0.argmax[0], a1.argmax[0]}));
+}
+
+TEST_F(MtpGolden, WithoutItsOwnEmbeddingTheLayerSharesTheTargets) {
+  // The same checkpoint without model.layers.<L>.embed_tokens.weight (a copy of the target's).
+  const ModelConfig& c = model_->config();
+  const std::string own = layer_tensor(c, c.num_hidden_layers, "embed_tokens.weight");
+  const Checkpoint ck(model_dir_);
+  std::vector<TensorSpec> specs;
+  for (const std::string& name : ck.names()) {
+    if (name == own) continue;
+    const TensorView* t = ck.find(name);
+    specs.push_back({name, t->dtype, t->shape, [t](std::span<std::byte> out) {
+                       std::copy(t->data.begin(), t->data.end(), out.begin());
+                     }});
+  }
+  const auto dir = dir_->path() / "no-embed";
+  write_sharded_checkpoint(dir, specs, size_t(1) << 30);
+  std::filesystem::copy_file(model_dir_ / "config.json", dir / "config.json");
+  ASSERT_EQ(Checkpoint(dir).find(own), nullptr);
+  MtpLayer shared(dir, c, kNumBlocks, kBlockSize, &model_->weights().embed);
+  std::vector<int32_t> drafts;
+  const std::vector<float> got = layer_chain(shared, drafts);
+  EXPECT_EQ(drafts, drafts_);
+  for (size_t k = 0; k < drafts_.size(); ++k)
+    EXPECT_LT(max_diff(&got[k * size_t(vocab())], &logits_[k * size_t(vocab())], vocab()),
+              tolerance(&logits_[k * size_t(vocab())], vocab()));
+  const std::string err = test::error_of([&] { MtpLayer alone(dir, c, kNumBlocks, kBlockSize); });
+  EXPECT_NE(err.find("no usable target embedding"), std::string::npos) << err;
 }
 
 TEST(MtpErrors, ACheckpointWithoutTheLayerIsAClearError) {
