@@ -9,13 +9,14 @@
 namespace kimi::cli {
 
 int run_make_model(int argc, char** argv) {
-  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant", "num-layers", "num-experts", "draft"},
+  const Args a(argc, argv, 2, {"preset", "seed", "dtype", "form", "max-shard-size", "quant", "num-layers", "num-experts", "draft", "mtp-layers"},
                {"help"});
   if (a.has("help") || a.positionals().size() != 1) {
     std::printf(
         "usage: kimi make-model OUT_DIR [--preset tiny|small|kimi-k2.5] [--seed N] [--dtype bf16|f16|f32]\n"
         "                       [--form kimi-k25|deepseek-v3] [--max-shard-size BYTES]\n"
-        "                       [--quant int4|w4a8|w8a8] [--num-layers N] [--num-experts E] [--draft eagle3]\n\n"
+        "                       [--quant int4|w4a8|w8a8] [--num-layers N] [--num-experts E] [--draft eagle3]\n"
+        "                       [--mtp-layers N]\n\n"
         "Writes a Hugging Face checkpoint directory of the Kimi-K2.5 architecture and layout with\n"
         "deterministic random weights (same seed, same bytes). --quant stores the same weights\n"
         "quantized: int4 as the official INT4 release (compressed-tensors, routed experts, group 32),\n"
@@ -25,7 +26,9 @@ int run_make_model(int argc, char** argv) {
         "its experts get random INT4 codes directly (not the quantization of the bf16 weights).\n"
         "The dense layer plus one MoE layer: ~15 GB in INT4; BF16 needs --num-experts <= ~64.\n"
         "--draft eagle3 writes instead an Eagle3 draft (LlamaForCausalLMEagle3, the published layout)\n"
-        "for the target those options describe, to serve with --speculative-config.\n");
+        "for the target those options describe, to serve with --speculative-config.\n"
+        "--mtp-layers N adds DeepSeek-V3's multi-token-prediction layers (num_nextn_predict_layers N,\n"
+        "model.layers.<num_hidden_layers>...) for --speculative-config '{\"method\":\"mtp\",...}'.\n");
     return a.has("help") ? 0 : 1;
   }
   MakeModelOptions o;
@@ -47,6 +50,8 @@ int run_make_model(int argc, char** argv) {
   if (a.has("num-experts") && a.get_int("num-experts", 0) < 1) throw Error("--num-experts must be positive");
   o.num_layers = a.get_int("num-layers", 0);
   o.num_experts = a.get_int("num-experts", 0);
+  if (a.has("mtp-layers") && a.get_int("mtp-layers", 0) < 0) throw Error("--mtp-layers must be 0 or more");
+  o.mtp_layers = a.get_int("mtp-layers", 0);
   if (a.has("quant")) o.quant = parse_quant_preset(a.get("quant", ""));
 
   if (a.has("draft")) {

@@ -27,3 +27,10 @@ echo "golden logits written to $mini_out"
 # The Eagle3 draft of mini on mini's captured hidden states (tests/test_eagle3_draft.cpp).
 /usr/bin/python3 "$here/eagle3_golden.py"
 echo "Eagle3 golden written to $here/../tests/data/golden/mini-eagle3"
+# The MTP layer of the tiny preset (make-model --mtp-layers 1) on the reference target's states
+# (tests/test_mtp.cpp).
+mtp_model=$(mktemp -d)
+trap 'rm -rf "$model" "$mtp_model"' EXIT
+"$kimi" make-model "$mtp_model" --preset tiny --seed 0 --mtp-layers 1
+/usr/bin/python3 "$here/mtp_golden.py" --model "$mtp_model"
+echo "MTP golden written to $here/../tests/data/golden/tiny-mtp"

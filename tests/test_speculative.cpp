@@ -1,8 +1,9 @@
 // Speculative decoding through the engine on the trained mini model: token ids at temperature 0
 // equal those without speculation (alone, batched, with chunked prefill, prefix hits and
 // preemption in the mix, with stops and max_tokens inside an accepted run), seeded sampling is
-// reproducible, the metrics add up; and the rejection rule keeps the target's distribution
-// exactly (a chi-square test that a wrong rule fails).
+// reproducible, the metrics add up; random Eagle3 drafts and a random MTP layer on the tiny preset
+// change no token; and the rejection rule keeps the target's distribution exactly (a chi-square
+// test that a wrong rule fails).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -243,6 +244,67 @@ TEST(SpeculativeTiny, ARandomEagle3DraftChangesNoToken) {
   const auto a = plain.generate(ps, sp), b = spec.generate(ps, sp);
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(b[i][0].token_ids, a[i][0].token_ids) << i;
   EXPECT_GT(spec.stats().spec_draft_tokens, 0);
+  EXPECT_EQ(spec.kv_cache().pool().num_free(), spec.kv_cache().pool().num_blocks());
+}
+
+// DeepSeek-V3's MTP layer (make-model --mtp-layers 1, random weights on the tiny preset, so
+// nearly every draft is rejected): at temperature 0 the tokens are the target's, alone and
+// batched, for 1 and 3 draft tokens (3 > num_nextn_predict_layers: the one layer chains on its
+// own output), and with chunked prefill, prefix hits and preemption in the mix.
+TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
+  test::TempDir dir;
+  MakeModelOptions o;
+  o.mtp_layers = 1;
+  const auto target = test::make_tiny_model(dir, "tiny-mtp", o);
+  Model model(target);
+  EngineConfig c;
+  c.block_size = 4;
+  c.scheduler.max_model_len = 128;
+  c.num_kv_blocks_override = 128;
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> ps;
+  Rng rng(3);
+  for (int i = 0; i < 4; ++i) {
+    ps.emplace_back(size_t(9 + 5 * i));
+    for (auto& t : ps.back()) t = int32_t(rng.next_u64() % 1000);
+  }
+  Engine plain(model, nullptr, c);
+  const auto want = plain.generate(ps, sp);
+  for (const char* method : {"mtp", "deepseek_mtp"}) {
+    for (int k : {1, 3}) {
+      EngineConfig sc = c;
+      sc.speculative = spec::parse_speculative_config(std::string(R"({"method":")") + method +
+                                                      R"(","num_speculative_tokens":)" + std::to_string(k) + "}");
+      Engine spec(model, nullptr, sc);
+      for (size_t i = 0; i < 2; ++i)
+        EXPECT_EQ(spec.generate({ps[i]}, sp)[0][0].token_ids, want[i][0].token_ids) << method << " alone " << i << " k " << k;
+      const auto got = spec.generate(ps, sp);
+      for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_EQ(got[i][0].token_ids, want[i][0].token_ids) << method << " batched " << i << " k " << k;
+      EXPECT_GT(spec.stats().spec_draft_tokens, 0);
+      EXPECT_EQ(spec.kv_cache().pool().num_free(), spec.kv_cache().pool().num_blocks());
+    }
+  }
+  // Shared prefixes, 12-token chunks and a cache too small for all at once.
+  auto shared = ps;
+  for (size_t i = 2; i < shared.size(); ++i) shared[i].insert(shared[i].begin(), shared[i - 2].begin(), shared[i - 2].end());
+  const auto want_shared = plain.generate(shared, sp);
+  EngineConfig tight = c;
+  tight.scheduler.max_model_len = 80;  // one sequence of up to 65 tokens fits in 24 blocks; four do not
+  tight.num_kv_blocks_override = 24;
+  tight.scheduler.max_num_batched_tokens = 12;
+  tight.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
+  Engine spec(model, nullptr, tight);
+  for (int pass = 0; pass < 2; ++pass) {
+    const auto got = spec.generate(shared, sp);
+    for (size_t i = 0; i < shared.size(); ++i)
+      EXPECT_EQ(got[i][0].token_ids, want_shared[i][0].token_ids) << "tight, pass " << pass << ", prompt " << i;
+  }
+  EXPECT_GT(spec.stats().preemptions, 0);
+  EXPECT_GT(spec.stats().prefix_hits, 0);
   EXPECT_EQ(spec.kv_cache().pool().num_free(), spec.kv_cache().pool().num_blocks());
 }
 

@@ -12,7 +12,8 @@
 namespace kimi {
 
 Model::Model(const std::filesystem::path& dir, ModelOptions options)
-    : config_(ModelConfig::load(dir)),
+    : dir_(dir),
+      config_(ModelConfig::load(dir)),
       options_(options),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
       weights_(load_weights(*checkpoint_, config_, options.quantization)),

@@ -59,6 +59,8 @@ class Model {
   explicit Model(const std::filesystem::path& dir, ModelOptions options = {});
 
   const ModelConfig& config() const { return config_; }
+  // The checkpoint directory it was loaded from (an MTP proposer loads its layer from it too).
+  const std::filesystem::path& dir() const { return dir_; }
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() { return pool_; }
   int num_threads() const { return pool_.size(); }
@@ -78,6 +80,7 @@ class Model {
   ForwardResult forward(const ForwardBatch& batch);
 
  private:
+  std::filesystem::path dir_;
   ModelConfig config_;
   ModelOptions options_;
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings the weights point into

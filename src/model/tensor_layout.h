@@ -22,7 +22,18 @@ struct TensorLayout {
 };
 
 // Every tensor of the text model, in checkpoint order (embeddings, layers, final norm, head).
+// MTP layers (num_nextn_predict_layers) are not part of it: mtp_layer_layout.
 std::vector<TensorLayout> text_model_layout(const ModelConfig& c);
+
+// Appends decoder layer l's tensors (attention, then the dense MLP or the MoE that
+// c.is_moe_layer(l) says).
+void append_decoder_layer_layout(const ModelConfig& c, int64_t l, std::vector<TensorLayout>& out);
+
+// DeepSeek-V3's multi-token-prediction layer `index` (0 .. num_nextn_predict_layers - 1), stored as
+// model.layers.<num_hidden_layers + index>: embed_tokens (its own copy), enorm, hnorm, eh_proj
+// [hidden, 2 * hidden], a full decoder block under the usual names, shared_head.norm and
+// shared_head.head [vocab, hidden] (shared/serving-protocols.md §1.5).
+std::vector<TensorLayout> mtp_layer_layout(const ModelConfig& c, int64_t index = 0);
 
 // Name helpers shared by the loader and the layout: "<prefix>model.layers.<i>.<rest>".
 std::string layer_tensor(const ModelConfig& c, int64_t layer, const std::string& rest);

@@ -26,14 +26,9 @@ struct ActiveWeights {
   }
 };
 
-}  // namespace
-
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant) {
-  WeightBinder b(ckpt, c, quant);
-  ModelWeights w;
-  // Shapes come from the one layout table, so the loader and make-model cannot drift apart.
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (auto& t : text_model_layout(c)) shapes.emplace(t.name, t.shape);
+// Binds decoder layer l's tensors (shapes from `shapes`), adding what a token reads to `active`.
+LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
+                        const std::map<std::string, std::vector<int64_t>>& shapes, ActiveWeights& active) {
   auto shape_of = [&](const std::string& name) -> const std::vector<int64_t>& {
     auto it = shapes.find(name);
     if (it == shapes.end()) throw Error("internal: tensor '" + name + "' is not in the model layout");
@@ -49,51 +44,85 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     const auto& s = shape_of(name);
     return b.dense(name, s[0], s[1]);
   };
-  w.embed = dense(model_tensor(c, "embed_tokens.weight"));
-  w.layers.resize(size_t(c.num_hidden_layers));
-  ActiveWeights active;
-  auto mlp = [&](int64_t l, const std::string& prefix) {
+  auto mlp = [&](const std::string& prefix) {
     return MlpWeights{linear(layer_tensor(c, l, prefix + "gate_proj.weight")),
                       linear(layer_tensor(c, l, prefix + "up_proj.weight")),
                       linear(layer_tensor(c, l, prefix + "down_proj.weight"))};
   };
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    LayerWeights& L = w.layers[size_t(l)];
-    L.input_norm = vec(layer_tensor(c, l, "input_layernorm.weight"));
-    L.post_attention_norm = vec(layer_tensor(c, l, "post_attention_layernorm.weight"));
-    AttentionWeights& a = L.attn;
-    if (c.q_lora_rank > 0) {
-      a.q_a = linear(layer_tensor(c, l, "self_attn.q_a_proj.weight"));
-      a.q_a_norm = vec(layer_tensor(c, l, "self_attn.q_a_layernorm.weight"));
-      a.q_b = linear(layer_tensor(c, l, "self_attn.q_b_proj.weight"));
-      active.add(a.q_a);
-      active.add(a.q_b);
-    } else {
-      a.q_proj = linear(layer_tensor(c, l, "self_attn.q_proj.weight"));
-      active.add(a.q_proj);
-    }
-    a.kv_a = linear(layer_tensor(c, l, "self_attn.kv_a_proj_with_mqa.weight"));
-    a.kv_a_norm = vec(layer_tensor(c, l, "self_attn.kv_a_layernorm.weight"));
-    a.kv_b = linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true);
-    a.o = linear(layer_tensor(c, l, "self_attn.o_proj.weight"));
-    active.add(a.kv_a);
-    active.add(a.kv_b);
-    active.add(a.o);
-
-    if (!c.is_moe_layer(l)) {
-      L.dense = mlp(l, "mlp.");
-      active.add(*L.dense);
-      continue;
-    }
-    MoeWeights& m = L.moe.emplace();
-    m.router = dense(layer_tensor(c, l, "mlp.gate.weight"));
-    if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
-    for (int64_t e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(mlp(l, "mlp.experts." + std::to_string(e) + "."));
-    if (c.n_shared_experts > 0) m.shared = mlp(l, "mlp.shared_experts.");
-    active.add(m.router);
-    active.add(m.experts[0], c.num_experts_per_tok);
-    if (m.shared) active.add(*m.shared);
+  LayerWeights L;
+  L.input_norm = vec(layer_tensor(c, l, "input_layernorm.weight"));
+  L.post_attention_norm = vec(layer_tensor(c, l, "post_attention_layernorm.weight"));
+  AttentionWeights& a = L.attn;
+  if (c.q_lora_rank > 0) {
+    a.q_a = linear(layer_tensor(c, l, "self_attn.q_a_proj.weight"));
+    a.q_a_norm = vec(layer_tensor(c, l, "self_attn.q_a_layernorm.weight"));
+    a.q_b = linear(layer_tensor(c, l, "self_attn.q_b_proj.weight"));
+    active.add(a.q_a);
+    active.add(a.q_b);
+  } else {
+    a.q_proj = linear(layer_tensor(c, l, "self_attn.q_proj.weight"));
+    active.add(a.q_proj);
   }
+  a.kv_a = linear(layer_tensor(c, l, "self_attn.kv_a_proj_with_mqa.weight"));
+  a.kv_a_norm = vec(layer_tensor(c, l, "self_attn.kv_a_layernorm.weight"));
+  a.kv_b = linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true);
+  a.o = linear(layer_tensor(c, l, "self_attn.o_proj.weight"));
+  active.add(a.kv_a);
+  active.add(a.kv_b);
+  active.add(a.o);
+
+  if (!c.is_moe_layer(l)) {
+    L.dense = mlp("mlp.");
+    active.add(*L.dense);
+    return L;
+  }
+  MoeWeights& m = L.moe.emplace();
+  m.router = dense(layer_tensor(c, l, "mlp.gate.weight"));
+  if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + "."));
+  if (c.n_shared_experts > 0) m.shared = mlp("mlp.shared_experts.");
+  active.add(m.router);
+  active.add(m.experts[0], c.num_experts_per_tok);
+  if (m.shared) active.add(*m.shared);
+  return L;
+}
+
+}  // namespace
+
+LayerWeights load_layer_weights(WeightBinder& b, const ModelConfig& c, int64_t layer) {
+  std::vector<TensorLayout> layout;
+  append_decoder_layer_layout(c, layer, layout);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& t : layout) shapes.emplace(t.name, t.shape);
+  ActiveWeights unused;
+  return bind_layer(b, c, layer, shapes, unused);
+}
+
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant) {
+  WeightBinder b(ckpt, c, quant);
+  ModelWeights w;
+  // Shapes come from the one layout table, so the loader and make-model cannot drift apart.
+  // (MTP layers, model.layers.<num_hidden_layers>..., are not in it: the target never reads them.)
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (auto& t : text_model_layout(c)) shapes.emplace(t.name, t.shape);
+  auto shape_of = [&](const std::string& name) -> const std::vector<int64_t>& {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) throw Error("internal: tensor '" + name + "' is not in the model layout");
+    return it->second;
+  };
+  auto linear = [&](const std::string& weight_name) {
+    const auto& s = shape_of(weight_name);
+    return b.linear(weight_name.substr(0, weight_name.size() - 7), s[0], s[1]);
+  };
+  auto vec = [&](const std::string& name) { return b.vector(name, shape_of(name)[0]); };
+  auto dense = [&](const std::string& name) {
+    const auto& s = shape_of(name);
+    return b.dense(name, s[0], s[1]);
+  };
+  w.embed = dense(model_tensor(c, "embed_tokens.weight"));
+  ActiveWeights active;
+  w.layers.reserve(size_t(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) w.layers.push_back(bind_layer(b, c, l, shapes, active));
   w.final_norm = vec(model_tensor(c, "norm.weight"));
   w.lm_head = c.tie_word_embeddings ? w.embed : linear(lm_head_tensor(c));
   active.add(w.lm_head);

@@ -59,4 +59,9 @@ struct ModelWeights {
 // ones are quantized on load when `quant` asks. The checkpoint must outlive the returned weights.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {});
 
+// Binds one decoder layer's tensors, model.layers.<layer>.* (the dense MLP or the MoE that
+// config.is_moe_layer(layer) says), through `binder`; an MTP layer's block (layer =
+// num_hidden_layers) is bound this way. The converted weights stay in the binder's buffers.
+LayerWeights load_layer_weights(WeightBinder& binder, const ModelConfig& config, int64_t layer);
+
 }  // namespace kimi

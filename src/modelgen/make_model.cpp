@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -118,6 +119,8 @@ nlohmann::json make_model_text_config(const MakeModelOptions& o) {
       throw Error("make-model: --num-experts " + std::to_string(o.num_experts) + " leaves too few experts per group");
     text["n_routed_experts"] = o.num_experts;
   }
+  if (o.mtp_layers < 0) throw Error("make-model: --mtp-layers must be 0 or more");
+  text["num_nextn_predict_layers"] = o.mtp_layers;
   return text;
 }
 
@@ -163,10 +166,21 @@ MakeModelPlan plan_model(const MakeModelOptions& o) {
   MakeModelResult& result = plan.result;
   std::vector<TensorSpec>& specs = plan.specs;
   nlohmann::json& description = plan.modelslim_description;  // msModelSlim types, for w4a8 / w8a8
-  for (TensorLayout& t : text_model_layout(mc)) {
+  std::vector<TensorLayout> layout = text_model_layout(mc);
+  // The MTP layers' embed_tokens and shared_head.head are, as in DeepSeek-V3's release, copies
+  // of the target's embedding and lm_head (the same random streams); the rest is their own.
+  std::map<std::string, std::string> copied_streams;
+  for (int64_t m = 0; m < mc.num_nextn_predict_layers; ++m) {
+    const int64_t l = mc.num_hidden_layers + m;
+    copied_streams[layer_tensor(mc, l, "embed_tokens.weight")] = "model.embed_tokens.weight";
+    copied_streams[layer_tensor(mc, l, "shared_head.head.weight")] = "lm_head.weight";
+    for (TensorLayout& t : mtp_layer_layout(mc, m)) layout.push_back(std::move(t));
+  }
+  for (TensorLayout& t : layout) {
     // Kimi-K2.5 stores the router bias in f32 whatever the weights' dtype.
     const DType dtype = t.published_dtype == DType::F32 ? DType::F32 : o.dtype;
-    const std::string stream = t.name.substr(mc.tensor_prefix.size());
+    const auto copied = copied_streams.find(t.name);
+    const std::string stream = copied != copied_streams.end() ? copied->second : t.name.substr(mc.tensor_prefix.size());
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     result.num_parameters += numel;
@@ -207,6 +221,9 @@ MakeModelPlan plan_model(const MakeModelOptions& o) {
   if (o.quant == QuantPreset::Int4) {
     // The release carries the same quantization_config at the top level and in text_config.
     config["quantization_config"] = CompressedTensorsConfig::kimi_k25_int4_json();
+    // The MTP layers' own projection and head stay in bf16 like the target's lm_head.
+    if (mc.num_nextn_predict_layers > 0)
+      for (const char* m : {"re:.*eh_proj.*", "re:.*shared_head.*"}) config["quantization_config"]["ignore"].push_back(m);
     if (config.contains("text_config")) config["text_config"]["quantization_config"] = config["quantization_config"];
   } else if (o.quant != QuantPreset::None) {
     description["model_quant_type"] = o.quant == QuantPreset::W4A8 ? "W4A8_DYNAMIC" : "W8A8_DYNAMIC";

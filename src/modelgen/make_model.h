@@ -35,6 +35,9 @@ struct MakeModelOptions {
   // shapes fit in memory: 2 layers in the release's INT4 layout are ~15 GB.
   int64_t num_layers = 0;
   int64_t num_experts = 0;
+  // DeepSeek-V3's multi-token-prediction layers written after the decoder layers
+  // (config num_nextn_predict_layers; model.layers.<num_hidden_layers>...), for `mtp` speculation.
+  int64_t mtp_layers = 0;
 };
 
 // The preset's text_config with the options' size overrides applied; throws kimi::Error for an

@@ -95,7 +95,6 @@ void check_against_target(const SpeculativeConfig& c, const ModelConfig& target)
     if (target.num_nextn_predict_layers < 1)
       throw Error("--speculative-config: method mtp needs a checkpoint with an MTP layer (num_nextn_predict_layers >= 1); "
                   "this one has none (Kimi-K2.5 ships none: use eagle3 or ngram)");
-    throw Error("--speculative-config: method mtp is not supported yet (use eagle3 or ngram)");
   }
   if (c.method == Method::Eagle3 && !std::filesystem::is_directory(c.model))
     throw Error("--speculative-config: the draft directory '" + c.model.string() + "' does not exist");
