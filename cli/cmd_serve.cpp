@@ -68,7 +68,8 @@ void usage() {
       "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"
       "    {\"kv_connector\":\"NixlConnector\"|\"UcxConnector\", \"kv_role\":\"kv_producer\"|\"kv_consumer\"|\"kv_both\",\n"
       "     \"kv_ip\":IP (127.0.0.1), \"kv_port\":P (0: any), \"engine_id\":ID, \"kv_load_failure_policy\":\"recompute\"|\"fail\",\n"
-      "     \"kv_connector_extra_config\":{\"abort_request_timeout\":S (120), \"transfer_timeout\":S (30)}})\n");
+      "     \"kv_connector_extra_config\":{\"abort_request_timeout\":S (120), \"transfer_timeout\":S (30),\n"
+      "     \"transfer_chunk_bytes\":N (16 MiB)}})\n");
 }
 
 }  // namespace

@@ -221,6 +221,21 @@ TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceBf16) { one_
 TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceFp8) { one_p_one_d(KvCacheDtype::Fp8E4m3); }
 TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceFloat32) { one_p_one_d(KvCacheDtype::Float32); }
 
+TEST_F(KvTransferTest, BlocksMoveInChunksOfAnySize) {
+  // The producer sends one block per chunk, the consumer receives three per chunk: the stream is
+  // cut differently on each side and the KV still lands whole.
+  const int64_t block_bytes = int64_t(KvStorage::bytes_per_block(model_->config(), 4, KvCacheDtype::BFloat16));
+  Engine& single = engine(config(KvCacheDtype::BFloat16));
+  Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer", R"(,"kv_connector_extra_config":{"transfer_chunk_bytes":1})")));
+  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer", R"(,"kv_connector_extra_config":{"transfer_chunk_bytes":)" +
+                                                                               std::to_string(3 * block_bytes) + "}")));
+  const auto tokens = prompt(11, 42);
+  const auto want = single.generate({tokens}, greedy(6))[0][0].token_ids;
+  EXPECT_EQ(decode(d, "a", tokens, prefill(p, "a", tokens), 6).tokens, want);
+  EXPECT_EQ(ucx(d).bytes_pulled(), 10 * block_bytes);
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+}
+
 TEST_F(KvTransferTest, ConsumerPrefixCacheHitPullsOnlyWhatIsMissing) {
   Engine& single = engine(config(KvCacheDtype::BFloat16));
   Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
@@ -396,6 +411,9 @@ TEST(KvTransferConfigTest, ParsesVllmFieldsAndRejectsUnknownOnes) {
   EXPECT_EQ(c.kv_load_failure_policy, KvLoadFailurePolicy::Fail);
   EXPECT_EQ(c.abort_request_timeout_s, 7);
   EXPECT_EQ(c.transfer_timeout_s, 2);
+  EXPECT_EQ(parse_kv_transfer_config(R"({"kv_connector":"UcxConnector","kv_role":"kv_both","kv_connector_extra_config":{"transfer_chunk_bytes":4096}})")
+                .transfer_chunk_bytes,
+            4096);
   const auto d = parse_kv_transfer_config(R"({"kv_connector":"UcxConnector","kv_role":"kv_consumer"})");
   EXPECT_EQ(d.kv_load_failure_policy, KvLoadFailurePolicy::Recompute);
   EXPECT_FALSE(d.engine_id.empty());

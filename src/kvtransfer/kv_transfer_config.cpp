@@ -86,13 +86,16 @@ KvTransferConfig parse_kv_transfer_config(std::string_view text) {
       for (const auto& [k, x] : v.items()) {
         if (k == "abort_request_timeout") c.abort_request_timeout_s = seconds(x, "abort_request_timeout");
         else if (k == "transfer_timeout") c.transfer_timeout_s = seconds(x, "transfer_timeout");
-        else if (k == "backends") {
+        else if (k == "transfer_chunk_bytes") {
+          if (!x.is_number_integer() || x.get<int64_t>() <= 0) bad("kv_connector_extra_config.transfer_chunk_bytes must be a positive integer");
+          c.transfer_chunk_bytes = x.get<int64_t>();
+        } else if (k == "backends") {
           // NIXL's backend list: UCX is the one this connector speaks.
           if (!x.is_array() || std::find(x.begin(), x.end(), json("UCX")) == x.end())
             bad("kv_connector_extra_config.backends must include \"UCX\"");
         } else {
           bad("unknown kv_connector_extra_config key '" + k +
-              "' (accepted: abort_request_timeout, transfer_timeout, backends)");
+              "' (accepted: abort_request_timeout, transfer_timeout, transfer_chunk_bytes, backends)");
         }
       }
     } else {

@@ -22,6 +22,7 @@ struct KvTransferConfig {
   // kv_connector_extra_config:
   double abort_request_timeout_s = 120;  // a producer frees held blocks nobody pulled by then
   double transfer_timeout_s = 30;        // a consumer gives up a load (connect + pull) after this
+  int64_t transfer_chunk_bytes = int64_t(16) << 20;  // blocks move in chunks of about this size
 
   bool producer() const { return kv_role != KvRole::Consumer; }
   bool consumer() const { return kv_role != KvRole::Producer; }

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include <unistd.h>
+
 #include "kvtransfer/protocol.h"
 #include "kvtransfer/ucx_transport.h"
 
@@ -30,6 +32,12 @@ UcxKvConnector::UcxKvConnector(KvTransferConfig config, KvStorage& storage, cons
       desc_(storage.block_desc()),
       model_id_(model_identity(model)),
       held_(to_ms(config_.abort_request_timeout_s)) {
+  // Listening on every address: consumers are told this machine's name instead.
+  advertised_host_ = config_.kv_ip;
+  if (advertised_host_ == "0.0.0.0") {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) == 0 && name[0]) advertised_host_ = name;
+  }
   if (config_.producer()) {
     std::promise<int> ready;
     std::future<int> port = ready.get_future();
@@ -67,7 +75,7 @@ KvTransferParams UcxKvConnector::hold(const KvHoldRequest& h) {
   p.do_remote_decode = false;
   p.remote_engine_id = config_.engine_id;
   p.remote_block_ids.assign(h.block_ids.rbegin(), h.block_ids.rend());
-  p.remote_host = config_.kv_ip;
+  p.remote_host = advertised_host_;
   p.remote_port = port_;
   p.remote_request_id = config_.engine_id + "-" + h.request_id + "-" + std::to_string(next_hold_++);
   p.remote_num_tokens = h.num_tokens;
@@ -122,6 +130,8 @@ void UcxKvConnector::producer_loop(std::promise<int>* ready) {
     bool welcomed = false;
   };
   std::vector<std::unique_ptr<Conn>> conns;
+  // Sending a pull's blocks may take as long as the consumer waits for them.
+  const auto send_time = std::max<SteadyClock::duration>(kProducerMessageTime, to_ms(config_.transfer_timeout_s));
 
   auto handle = [&](Conn& c) {
     const Deadline deadline = SteadyClock::now() + kProducerMessageTime;
@@ -160,15 +170,28 @@ void UcxKvConnector::producer_loop(std::promise<int>* ready) {
           send_message(*c.ep, MsgType::Blocks, {{"ok", false}, {"error", error}}, deadline);
           break;
         }
-        std::vector<std::byte> data(wanted.size() * size_t(desc_.bytes));
-        for (size_t i = 0; i < wanted.size(); ++i)
-          storage_.read_block(wanted[i], std::span(data).subspan(i * size_t(desc_.bytes), size_t(desc_.bytes)));
-        // Pulled once: whatever happens to the sending, the consumer will not ask again.
-        held_.release(id);
-        wake();
         send_message(*c.ep, MsgType::Blocks,
                      {{"ok", true}, {"error", ""}, {"block_bytes", desc_.bytes}, {"count", wanted.size()}}, deadline);
-        if (!data.empty()) c.ep->send(data, deadline);
+        // The blocks go out in chunks of about transfer_chunk_bytes (read, then sent), so a long prompt
+        // never needs a second copy of all its KV in memory. The hold ends whatever happens:
+        // a consumer never pulls the same blocks twice.
+        const size_t per_chunk = std::max<size_t>(1, size_t(config_.transfer_chunk_bytes) / size_t(desc_.bytes));
+        std::vector<std::byte> chunk(std::min(per_chunk, wanted.size()) * size_t(desc_.bytes));
+        const Deadline data_deadline = SteadyClock::now() + send_time;
+        try {
+          for (size_t first = 0; first < wanted.size(); first += per_chunk) {
+            const size_t n = std::min(per_chunk, wanted.size() - first);
+            for (size_t i = 0; i < n; ++i)
+              storage_.read_block(wanted[first + i], std::span(chunk).subspan(i * size_t(desc_.bytes), size_t(desc_.bytes)));
+            c.ep->send(std::span(chunk).first(n * size_t(desc_.bytes)), data_deadline);
+          }
+        } catch (...) {
+          held_.release(id);
+          wake();
+          throw;
+        }
+        held_.release(id);
+        wake();
         break;
       }
       case MsgType::Release:
@@ -258,11 +281,18 @@ void UcxKvConnector::consumer_loop() {
       if (!b.value("ok", false)) throw TransferError("the KV producer at " + key + ": " + b.value("error", std::string()));
       if (b.value("block_bytes", int64_t(0)) != desc_.bytes || b.value("count", size_t(0)) != job.remote_block_ids.size())
         throw TransferError("the KV producer at " + key + " answered blocks of an unexpected size");
-      std::vector<std::byte> data(job.remote_block_ids.size() * size_t(desc_.bytes));
-      ep->recv(data, deadline);
-      for (size_t i = 0; i < job.local_block_ids.size(); ++i)
-        storage_.write_block(job.local_block_ids[i], desc_, std::span(data).subspan(i * size_t(desc_.bytes), size_t(desc_.bytes)));
-      bytes_pulled_ += int64_t(data.size());
+      // Received in chunks straight into the job's blocks (the stream is cut where we like).
+      const size_t per_chunk = std::max<size_t>(1, size_t(config_.transfer_chunk_bytes) / size_t(desc_.bytes));
+      const size_t count = job.local_block_ids.size();
+      std::vector<std::byte> chunk(std::min(per_chunk, count) * size_t(desc_.bytes));
+      for (size_t first = 0; first < count; first += per_chunk) {
+        const size_t n = std::min(per_chunk, count - first);
+        ep->recv(std::span(chunk).first(n * size_t(desc_.bytes)), deadline);
+        for (size_t i = 0; i < n; ++i)
+          storage_.write_block(job.local_block_ids[first + i], desc_,
+                               std::span(chunk).subspan(i * size_t(desc_.bytes), size_t(desc_.bytes)));
+      }
+      bytes_pulled_ += int64_t(count) * desc_.bytes;
       res.ok = true;
     } catch (const std::exception& e) {
       res.error = e.what();

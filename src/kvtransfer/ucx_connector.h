@@ -62,6 +62,7 @@ class UcxKvConnector final : public KvConnector {
   HeldBlocks held_;
   std::atomic<bool> stop_{false};
   int port_ = 0;
+  std::string advertised_host_;  // remote_host in the responses
   std::atomic<uint64_t> next_hold_{0};
   std::atomic<int64_t> bytes_pulled_{0};
 
