@@ -212,6 +212,11 @@ class KvTransferTest : public test::TinyModelTest {
     }
     EXPECT_EQ(ucx(p).held().num_expired_total(), 0);
     EXPECT_EQ(ucx(p).held().size(), 0);
+    const MetricsSnapshot m = d.metrics().snapshot();
+    EXPECT_EQ(int64_t(m.kv_transfer_bytes), ucx(d).bytes_pulled());
+    EXPECT_EQ(m.kv_transfer_tokens, 0u + 0 + 0 + 1 * 4 + 2 * 4 + 4 * 4 + 7 * 4);  // lengths 5, 9, 17, 30
+    EXPECT_EQ(m.kv_transfer_loads, 4u);
+    EXPECT_EQ(m.kv_transfer_failures, 0u);
   }
 
   std::vector<std::unique_ptr<Engine>> owned_;
@@ -293,6 +298,7 @@ TEST_F(KvTransferTest, TransferTimeoutRecomputesOrFailsPerPolicy) {
   EXPECT_EQ(r.error, "");
   EXPECT_EQ(r.tokens, want);
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(rec.metrics().snapshot().kv_transfer_failures, 1u);
   Engine& fail = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer",
                                                                   R"(,"kv_load_failure_policy":"fail","kv_connector_extra_config":{"transfer_timeout":0.5})")));
   Result f = decode(fail, "b", tokens, kv, 6);

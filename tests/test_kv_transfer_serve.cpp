@@ -94,6 +94,41 @@ json post(int port, const std::string& path, const json& body, int* status_out =
   return json::parse(out, nullptr, false);
 }
 
+std::string get(int port, const std::string& path) {
+  http::ClientRequest req;
+  req.target = path;
+  std::string out;
+  http::send_request("127.0.0.1", port, req, {5, 60}, [](int) {}, [&](std::string_view piece) {
+    out.append(piece);
+    return true;
+  });
+  return out;
+}
+
+// The concatenated text of an SSE completions stream.
+std::string streamed_text(int port, json body) {
+  body["stream"] = true;
+  http::ClientRequest req;
+  req.method = "POST";
+  req.target = "/v1/completions";
+  req.headers.push_back({"Content-Type", "application/json"});
+  req.body = body.dump();
+  std::string raw;
+  http::send_request("127.0.0.1", port, req, {5, 60}, [](int) {}, [&](std::string_view piece) {
+    raw.append(piece);
+    return true;
+  });
+  std::string text;
+  for (size_t at = raw.find("data: "); at != std::string::npos; at = raw.find("data: ", at + 6)) {
+    const size_t end = raw.find("\n", at);
+    const std::string line = raw.substr(at + 6, end - at - 6);
+    if (line == "[DONE]") break;
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("choices") && !j["choices"].empty()) text += j["choices"][0].value("text", "");
+  }
+  return text;
+}
+
 TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   test::TempDir dir;
   const auto model = test::make_tiny_model(dir).string();
@@ -135,6 +170,12 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   EXPECT_GT(got["usage"]["prompt_tokens"].get<int>(), 17);
   EXPECT_EQ(kv["remote_num_tokens"], got["usage"]["prompt_tokens"]);
 
+  // The same through a streamed decode.
+  const json p_again = post(prod.port(), "/v1/completions", p_req);
+  json d_stream = want_req;
+  d_stream["kv_transfer_params"] = p_again["kv_transfer_params"];
+  EXPECT_EQ(streamed_text(cons.port(), d_stream), want["choices"][0]["text"].get<std::string>());
+
   // /v1/chat/completions
   const json chat = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"ignore_eos", true}};
   json cw = chat;
@@ -150,8 +191,12 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   const json chat_got = post(cons.port(), "/v1/chat/completions", cd);
   EXPECT_EQ(chat_got["choices"][0]["message"]["content"], chat_want["choices"][0]["message"]["content"]) << chat_got.dump();
 
-  // Both pulls succeeded: the consumer logged no failed load.
+  // Both pulls succeeded: the consumer logged no failed load, and /metrics counts them.
   EXPECT_EQ(cons.log().find("kv transfer: request"), std::string::npos) << cons.log();
+  const std::string metrics = get(cons.port(), "/metrics");
+  EXPECT_NE(metrics.find("kimi:kv_transfer_loads_total{model_name="), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kimi:kv_transfer_bytes_total{model_name="), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kimi:kv_transfer_failures_total{model_name=\""), std::string::npos) << metrics;
 
   // A prefill whose producer dies before the decoder pulls: the decoder recomputes.
   // (Another prompt: this one's blocks are in the consumer's prefix cache now.)

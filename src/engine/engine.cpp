@@ -108,6 +108,7 @@ void Engine::poll_kv_connector() {
   for (const auto& blocks : connector_->take_released()) kv_.release_blocks(blocks);
   const bool recompute = connector_->load_failure_policy() == KvLoadFailurePolicy::Recompute;
   for (const KvLoadResult& res : connector_->take_finished_loads()) {
+    if (res.num_blocks > 0) metrics_.on_kv_transfer(res.ok, res.bytes, res.ok ? res.num_blocks * config_.block_size : 0);
     if (!scheduler_.on_kv_load_done(res.request_id, res.ok, recompute)) continue;
     // kv_load_failure_policy "fail": the request ends with the transfer's error.
     const std::string parent = processor_.has(res.request_id) ? processor_.parent_of(res.request_id) : res.request_id;

@@ -48,6 +48,8 @@ struct KvLoadResult {
   std::string request_id;
   bool ok = false;
   std::string error;  // when !ok: why, for the request's error or the log
+  int64_t num_blocks = 0;  // the job's blocks (0: a release only)
+  int64_t bytes = 0;       // received and written
 };
 
 // What a producer reports for the blocks of a finished do_remote_decode request.

@@ -242,7 +242,7 @@ void UcxKvConnector::consumer_loop() {
   std::map<std::string, std::unique_ptr<UcxEndpoint>> conns;  // by host:port, handshake done
 
   auto run = [&](const KvLoadJob& job) -> KvLoadResult {
-    KvLoadResult res{job.request_id, false, ""};
+    KvLoadResult res{job.request_id, false, "", int64_t(job.local_block_ids.size()), 0};
     if (!worker) {
       res.error = worker_error;
       return res;
@@ -293,6 +293,7 @@ void UcxKvConnector::consumer_loop() {
                                std::span(chunk).subspan(i * size_t(desc_.bytes), size_t(desc_.bytes)));
       }
       bytes_pulled_ += int64_t(count) * desc_.bytes;
+      res.bytes = int64_t(count) * desc_.bytes;
       res.ok = true;
     } catch (const std::exception& e) {
       res.error = e.what();
