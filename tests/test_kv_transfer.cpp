@@ -443,3 +443,61 @@ TEST(KvTransferConfigTest, ParsesVllmFieldsAndRejectsUnknownOnes) {
 
 }  // namespace
 }  // namespace kimi
+
+namespace kimi {
+namespace {
+
+// The connectors alone on Kimi-K2.5's KV shape (61 layers, 512 + 64 per row, bf16, blocks of 16):
+// the pulled blocks are byte-identical to the producer's, and the loopback bandwidth is printed
+// (UCX_TLS as set; tcp by default here).
+TEST(KvTransferConnector, RealKvShapeArrivesByteExactOverLoopback) {
+  setenv("UCX_TLS", "tcp", 0);
+  ModelConfig mc;
+  mc.num_hidden_layers = 61;
+  mc.kv_lora_rank = 512;
+  mc.qk_rope_head_dim = 64;
+  const int64_t blocks = 24, block_size = 16;
+  KvStorage src(mc, blocks, block_size, KvCacheDtype::BFloat16), dst(mc, blocks, block_size, KvCacheDtype::BFloat16);
+  const KvBlockDesc desc = src.block_desc();
+  Rng rng(5);
+  std::vector<std::byte> buf(size_t(desc.bytes));
+  for (int32_t b = 0; b < blocks; ++b) {
+    for (auto& x : buf) x = std::byte(rng.next_u64());
+    src.write_block(b, desc, buf);
+    std::fill(buf.begin(), buf.end(), std::byte{0});
+    dst.write_block(b, desc, buf);
+  }
+  UcxKvConnector producer(parse_kv_transfer_config(R"({"kv_connector":"UcxConnector","kv_role":"kv_producer"})"), src, mc);
+  UcxKvConnector consumer(parse_kv_transfer_config(R"({"kv_connector":"UcxConnector","kv_role":"kv_consumer"})"), dst, mc);
+  // Producer blocks 0..15 (tail first, as the engine hands them over) go to consumer blocks 23..8.
+  KvHoldRequest h{"r", {}, 16 * block_size};
+  for (int32_t b = 15; b >= 0; --b) h.block_ids.push_back(b);
+  const KvTransferParams kv = producer.hold(h);
+  KvLoadJob job{"r", kv, kv.remote_block_ids, {}};
+  for (int32_t b = 0; b < 16; ++b) job.local_block_ids.push_back(23 - b);
+  const auto t0 = std::chrono::steady_clock::now();
+  consumer.start_load(job);
+  std::vector<KvLoadResult> done;
+  while (done.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    done = consumer.take_finished_loads();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].ok) << done[0].error;
+  EXPECT_EQ(done[0].bytes, 16 * desc.bytes);
+  for (int32_t b = 0; b < 16; ++b) EXPECT_EQ(dst.read_block(23 - b), src.read_block(b)) << b;
+  for (int32_t b = 0; b < 8; ++b) EXPECT_EQ(dst.read_block(b), std::vector<std::byte>(size_t(desc.bytes))) << "untouched block " << b;
+  std::printf("pulled %lld blocks (%.1f MiB, %lld bytes per token) in %.1f ms: %.0f MiB/s (UCX_TLS=%s)\n", 16LL,
+              double(16 * desc.bytes) / (1 << 20), (long long)(desc.bytes / block_size), s * 1e3,
+              double(16 * desc.bytes) / (1 << 20) / s, std::getenv("UCX_TLS"));
+  // The pull released the hold.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  std::vector<std::vector<int32_t>> released;
+  while (released.empty() && std::chrono::steady_clock::now() < until) released = producer.take_released();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0], h.block_ids);
+}
+
+}  // namespace
+}  // namespace kimi
