@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <cstdlib>
 #include <thread>
 
@@ -225,6 +226,48 @@ class KvTransferTest : public test::TinyModelTest {
 TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceBf16) { one_p_one_d(KvCacheDtype::BFloat16); }
 TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceFp8) { one_p_one_d(KvCacheDtype::Fp8E4m3); }
 TEST_F(KvTransferTest, OneProducerOneConsumerGreedyEqualsOneInstanceFloat32) { one_p_one_d(KvCacheDtype::Float32); }
+
+TEST_F(KvTransferTest, TwoProducersTwoConsumersWithOneProducerKilled) {
+  Engine& single = engine(config(KvCacheDtype::BFloat16));
+  Engine& p0 = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer", R"(,"engine_id":"p0")")));
+  auto p1 = std::make_unique<Engine>(*model_, nullptr, config(KvCacheDtype::BFloat16, role_json("kv_producer", R"(,"engine_id":"p1")")));
+  Engine* d[2] = {&engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer"))),
+                  &engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")))};
+  const int n = 8;
+  std::vector<std::vector<int32_t>> prompts, want;
+  std::vector<KvTransferParams> kv;
+  for (int i = 0; i < n; ++i) {
+    prompts.push_back(prompt(200 + i, 9 + 3 * size_t(i)));
+    want.push_back(single.generate({prompts.back()}, greedy(7))[0][0].token_ids);
+    kv.push_back(prefill(i % 2 ? *p1 : p0, "q" + std::to_string(i), prompts.back()));
+    EXPECT_EQ(kv.back().remote_engine_id, i % 2 ? "p1" : "p0");
+  }
+  // p1 dies with its blocks held: its requests are recomputed by their consumers.
+  p1.reset();
+  for (int i = 0; i < n; ++i) {
+    SamplingParams s = greedy(7);
+    s.kv_transfer_params = kv[size_t(i)];
+    d[(i / 2) % 2]->add_request("q" + std::to_string(i), prompts[size_t(i)], s);
+  }
+  std::map<std::string, std::vector<int32_t>> got;
+  int finished = 0;
+  const auto until = Clock::now() + std::chrono::seconds(30);
+  while (finished < n && Clock::now() < until) {
+    for (Engine* e : d)
+      for (RequestOutput& o : e->step()) {
+        EXPECT_EQ(o.error, "");
+        auto& t = got[o.request_id];
+        t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
+        finished += o.finished;
+      }
+  }
+  ASSERT_EQ(finished, n);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(got["q" + std::to_string(i)], want[size_t(i)]) << i;
+  // Half the loads failed (p1's) and were recomputed; p0's blocks all came back.
+  EXPECT_EQ(d[0]->metrics().snapshot().kv_transfer_failures + d[1]->metrics().snapshot().kv_transfer_failures, 4u);
+  EXPECT_EQ(d[0]->metrics().snapshot().kv_transfer_loads + d[1]->metrics().snapshot().kv_transfer_loads, 8u);
+  EXPECT_TRUE(drains(p0, std::chrono::seconds(5)));
+}
 
 TEST_F(KvTransferTest, BlocksMoveInChunksOfAnySize) {
   // The producer sends one block per chunk, the consumer receives three per chunk: the stream is
