@@ -415,6 +415,20 @@ TEST_F(KvTransferTest, AbortWhileLoadingReturnsTheBlocksWhenTheLoadEnds) {
   EXPECT_TRUE(drains(d, std::chrono::seconds(5)));
 }
 
+TEST_F(KvTransferTest, ShutdownDoesNotWaitForATransfersDeadline) {
+  SilentListener hang;
+  auto d = std::make_unique<Engine>(*model_, nullptr, config(KvCacheDtype::BFloat16, role_json("kv_consumer", R"(,"kv_connector_extra_config":{"transfer_timeout":60})")));
+  SamplingParams s = greedy(4);
+  s.kv_transfer_params = remote_at(hang.port(), {0, 1, 2}, 13);
+  d->add_request("a", prompt(8, 13), s);
+  d->step();
+  EXPECT_EQ(d->scheduler().num_loading(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the transfer thread is waiting on the wire
+  const auto t0 = Clock::now();
+  d.reset();
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(3));
+}
+
 TEST_F(KvTransferTest, RequestsWithoutAConnectorAreRefused) {
   Engine& e = engine(config(KvCacheDtype::BFloat16));
   SamplingParams s = greedy(1);

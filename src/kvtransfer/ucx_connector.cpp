@@ -117,6 +117,7 @@ void UcxKvConnector::producer_loop(std::promise<int>* ready) {
   std::unique_ptr<UcxListener> listener;
   try {
     worker = std::make_unique<UcxWorker>();
+    worker->set_cancel(&stop_);
     listener = std::make_unique<UcxListener>(*worker, config_.kv_ip, int(config_.kv_port));
     ready->set_value(listener->port());
   } catch (...) {
@@ -236,6 +237,7 @@ void UcxKvConnector::consumer_loop() {
   std::string worker_error;
   try {
     worker = std::make_unique<UcxWorker>();
+    worker->set_cancel(&stop_);
   } catch (const std::exception& e) {
     worker_error = e.what();
   }

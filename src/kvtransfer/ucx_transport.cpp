@@ -151,12 +151,13 @@ void UcxEndpoint::wait(void* request, Deadline deadline, const char* what, bool 
       if (s != UCS_OK) fail(std::string(what) + " " + peer_ + " failed: " + status_text(s));
       return;
     }
-    if (SteadyClock::now() >= deadline) {
+    const bool cancelled = worker_.cancelled();
+    if (cancelled || SteadyClock::now() >= deadline) {
       failed_ = true;
       close(true);  // completes the request with an error, so the buffer is released
       while (ucp_request_check_status(request) == UCS_INPROGRESS) worker_.progress_wait(std::chrono::milliseconds(1));
       ucp_request_free(request);
-      throw TransferError(std::string(what) + " " + peer_ + " timed out");
+      throw TransferError(std::string(what) + " " + peer_ + (cancelled ? " cancelled: shutting down" : " timed out"));
     }
     worker_.progress_wait(std::chrono::milliseconds(2));
   }

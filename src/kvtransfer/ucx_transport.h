@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,10 @@ class UcxWorker {
   UcxWorker& operator=(const UcxWorker&) = delete;
 
   ucp_worker_h handle() const { return worker_; }
+  // A flag that, once true, makes every blocking call on this worker's endpoints fail at once
+  // (shutdown must not wait for a transfer's deadline). It must outlive the worker.
+  void set_cancel(const std::atomic<bool>* flag) { cancel_ = flag; }
+  bool cancelled() const { return cancel_ && cancel_->load(); }
   // Progresses; when idle, sleeps on the wakeup fd at most max_wait.
   void progress_wait(std::chrono::milliseconds max_wait);
 
@@ -54,6 +59,7 @@ class UcxWorker {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 // One connection: framed reads and writes with deadlines.
