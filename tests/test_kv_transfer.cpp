@@ -436,6 +436,15 @@ TEST_F(KvTransferTest, RequestsWithoutAConnectorAreRefused) {
   EXPECT_THROW(e.add_request("a", prompt(1, 5), s), ParamError);
   s.kv_transfer_params = remote_at(1, {0}, 5);
   EXPECT_THROW(e.add_request("b", prompt(1, 5), s), ParamError);
+  // A consumer refuses KV held for another prompt (here: of another length).
+  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")));
+  s.kv_transfer_params = remote_at(1, {0, 1}, 9);
+  EXPECT_THROW(d.add_request("c", prompt(1, 8), s), ParamError);
+  s.kv_transfer_params = remote_at(1, {0, 1}, 8);
+  s.kv_transfer_params->remote_port = dead_port();
+  s.max_tokens = 2;
+  d.add_request("c", prompt(1, 8), s);  // accepted; recomputed here since nobody answers
+  EXPECT_EQ(run(d, "c").tokens.size(), 2u);
 }
 
 TEST_F(KvTransferTest, AsyncEngineWakesForLoadsAndReleases) {

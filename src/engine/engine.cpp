@@ -145,6 +145,11 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
                          "do_remote_prefill needs a server started with --kv-transfer-config and kv_role kv_consumer or kv_both");
       if (kt->remote_host.empty() || kt->remote_port <= 0 || kt->remote_port > 65535)
         throw ParamError("kv_transfer_params", "do_remote_prefill needs remote_host and remote_port");
+      // The held KV is that of the producer's prompt: another prompt here would read wrong rows.
+      if (kt->remote_num_tokens > 0 && kt->remote_num_tokens != len)
+        throw ParamError("kv_transfer_params", "kv_transfer_params.remote_num_tokens (" + std::to_string(kt->remote_num_tokens) +
+                                                   ") differs from this prompt's " + std::to_string(len) +
+                                                   " tokens: the prefill ran on another prompt");
     }
   }
   if (const structured::StructuredSpec& spec = params.structured; spec.active()) {
