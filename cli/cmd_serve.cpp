@@ -2,6 +2,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -10,6 +13,8 @@
 #include "args.h"
 #include "common/error.h"
 #include "engine/async_engine.h"
+#include "kvtransfer/kv_transfer_config.h"
+#include "kvtransfer/ucx_connector.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/http_server.h"
@@ -59,7 +64,12 @@ void usage() {
       "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
-      "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n");
+      "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n"
+      "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"
+      "    {\"kv_connector\":\"NixlConnector\"|\"UcxConnector\", \"kv_role\":\"kv_producer\"|\"kv_consumer\"|\"kv_both\",\n"
+      "     \"kv_ip\":IP (127.0.0.1), \"kv_port\":P (0: any), \"engine_id\":ID, \"kv_load_failure_policy\":\"recompute\"|\"fail\",\n"
+      "     \"kv_connector_extra_config\":{\"abort_request_timeout\":S (120), \"transfer_timeout\":S (30),\n"
+      "     \"transfer_chunk_bytes\":N (16 MiB)}})\n");
 }
 
 }  // namespace
@@ -71,7 +81,7 @@ int run_serve(int argc, char** argv) {
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
                 "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
                 "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype",
-                "speculative-config"},
+                "speculative-config", "kv-transfer-config"},
                {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
                 "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"});
   if (a.has("help") || a.positionals().size() != 1) {
@@ -82,6 +92,10 @@ int run_serve(int argc, char** argv) {
   for (const char* parser : {"tool-call-parser", "reasoning-parser"})
     if (a.has(parser) && a.get(parser, "") != "kimi_k2")
       throw Error(std::string("--") + parser + " '" + a.get(parser, "") + "' is not supported (only kimi_k2)");
+
+  // Checked before the model loads, so a bad config fails at once.
+  std::optional<kvtransfer::KvTransferConfig> kv_transfer;
+  if (a.has("kv-transfer-config")) kv_transfer = kvtransfer::parse_kv_transfer_config(a.get("kv-transfer-config", ""));
 
   // Signals go to a thread of their own (blocked everywhere else, inherited by every thread
   // started below), so shutdown runs as ordinary code rather than in a signal handler.
@@ -112,7 +126,22 @@ int run_serve(int argc, char** argv) {
   ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));
   ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
+  // The connector's listener port (kv_port 0: chosen at start-up), for the start-up line.
+  auto kv_port = std::make_shared<int>(0);
+  if (kv_transfer) {
+    ec.kv_connector_factory = [cfg = *kv_transfer, kv_port](const KvConnectorContext& ctx) -> std::unique_ptr<KvConnector> {
+      auto c = std::make_unique<kvtransfer::UcxKvConnector>(cfg, ctx.storage, ctx.model);
+      *kv_port = c->port();
+      return c;
+    };
+  }
   AsyncEngine engine(model, &tokenizer, ec);
+  if (kv_transfer) {
+    std::fprintf(stderr, "kv transfer: %s, %s, engine_id %s", kv_transfer->kv_connector.c_str(),
+                 std::string(kvtransfer::kv_role_name(kv_transfer->kv_role)).c_str(), kv_transfer->engine_id.c_str());
+    if (kv_transfer->producer()) std::fprintf(stderr, ", listening on %s:%d", kv_transfer->kv_ip.c_str(), *kv_port);
+    std::fprintf(stderr, " (UCX_TLS=%s)\n", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "default");
+  }
 
   ServingConfig sc;
   sc.served_model_names = split_commas(a.get("served-model-name", dir));

@@ -3,7 +3,7 @@
 # --reference also installs what reference/ needs (golden logits, training mini; a few hundred MB
 # the build and the tests never use).
 set -euo pipefail
-packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev
+packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev libucx-dev
           clang libclang-rt-14-dev  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
           ccache)                   # optional for the build, but reruns then rebuild only what changed
 if [ "${1:-}" = "--reference" ]; then

@@ -291,6 +291,14 @@ double metric(const std::string& text, const std::string& series) {
   return std::atof(text.c_str() + p + 1 + series.size() + 1);
 }
 
+// The value of the first series of a metric with any labels ("name{...} value"); -1 if absent.
+double prom_value(const std::string& text, const std::string& name) {
+  const size_t p = text.find("\n" + name + "{");
+  if (p == std::string::npos) return -1;
+  const size_t close = text.find("} ", p);
+  return close == std::string::npos ? -1 : std::atof(text.c_str() + close + 2);
+}
+
 // ------------------------------------------------------------------------------------------------
 TEST(ProxyArgs, ListsFollowTheirFlagAsArgparseNargsPlus) {
   bool help = true;
@@ -968,12 +976,19 @@ TEST(ProxyProcess, ServesAndStopsOnSigterm) {
 // A `kimi serve` process on 127.0.0.1 (any free port), stopped with the object.
 class ServeProcess {
  public:
-  ServeProcess(const std::filesystem::path& model, const std::filesystem::path& log) {
+  ServeProcess(const std::filesystem::path& model, const std::filesystem::path& log,
+               const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {KIMI_BINARY, "serve", model.string(), "--host", "127.0.0.1", "--port", "0",
+                                     "--threads", "1", "--max-model-len", "1024", "--kv-cache-memory", "16777216",
+                                     "--api-threads", "8"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       std::freopen(log.c_str(), "w", stderr);
-      ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-              "--max-model-len", "1024", "--kv-cache-memory", "16777216", "--api-threads", "8", (char*)nullptr);
+      ::execv(KIMI_BINARY, argv.data());
       std::_Exit(127);
     }
     eventually(
@@ -1025,23 +1040,34 @@ std::string completion_text(const std::string& body) {
   return out;
 }
 
-// Real instances: one prefill and one decode `kimi serve` on the tiny model behind the proxy give
-// the greedy outputs of a single instance, whole and streamed, on both endpoints.
+// Real instances: a producer and a consumer `kimi serve` (KV moved over UCX) on the tiny model behind
+// the proxy give the greedy outputs of a single instance, whole and streamed, on both endpoints.
 TEST(ProxyServeE2e, OnePrefillOneDecodeMatchesOneInstance) {
   test::TempDir dir;
   const auto model = test::make_tiny_model(dir);
-  ServeProcess prefill(model, dir.path() / "prefill.log"), decode(model, dir.path() / "decode.log");
+  auto role = [](const char* r) {
+    return std::vector<std::string>{"--kv-transfer-config", std::string(R"({"kv_connector":"NixlConnector","kv_role":")") +
+                                                                r + R"(","kv_ip":"127.0.0.1","kv_port":0})"};
+  };
+  ServeProcess prefill(model, dir.path() / "prefill.log", role("kv_producer"));
+  ServeProcess decode(model, dir.path() / "decode.log", role("kv_consumer"));
+  ServeProcess single(model, dir.path() / "single.log");
   ASSERT_GT(prefill.port(), 0) << "kimi serve (prefill) did not start";
   ASSERT_GT(decode.port(), 0) << "kimi serve (decode) did not start";
+  ASSERT_GT(single.port(), 0) << "kimi serve (single) did not start";
   RunningProxy proxy({prefill.port()}, {decode.port()});
+  // The first prompt spans several KV blocks, so the consumer pulls whole blocks from the producer.
+  const std::string long_prompt =
+      "The quick brown fox jumps over the lazy dog while the cat sleeps by the fire and the rain falls on the "
+      "roof of the old house at the end of the long and winding road";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"/v1/completions", R"({"model":")" + model.string() + R"(","prompt":"The quick brown fox","max_tokens":12,"temperature":0})"},
+      {"/v1/completions", R"({"model":")" + model.string() + R"(","prompt":")" + long_prompt + R"(","max_tokens":12,"temperature":0})"},
       {"/v1/completions", R"({"model":")" + model.string() +
                               R"(","prompt":"Once upon a time","max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}})"},
       {"/v1/chat/completions", R"({"model":")" + model.string() +
                                    R"(","messages":[{"role":"user","content":"Hello"}],"max_tokens":12,"temperature":0,"stream":true})"}};
   for (const auto& [path, body] : cases) {
-    const Reply direct = post(decode.port(), path, body);
+    const Reply direct = post(single.port(), path, body);
     const Reply via = post(proxy.port(), path, body);
     ASSERT_EQ(direct.head.status, 200) << direct.body;
     ASSERT_EQ(via.head.status, 200) << via.body;
@@ -1058,6 +1084,11 @@ TEST(ProxyServeE2e, OnePrefillOneDecodeMatchesOneInstance) {
   EXPECT_EQ(metric(m, "kimi_proxy_instance_requests_total{" + pl + "}"), 3) << m;
   EXPECT_EQ(metric(m, "kimi_proxy_instance_failures_total{" + pl + "}"), 0) << m;
   EXPECT_EQ(metric(m, "kimi_proxy_decode_without_kv_total{reason=\"prefill_failed\"}"), 0) << m;
+  EXPECT_EQ(metric(m, "kimi_proxy_decode_without_kv_total{reason=\"no_kv_transfer_params\"}"), 0) << m;
+  // The consumer pulled the producer's blocks (the long prompt's at least) and none failed.
+  const std::string dm = call(decode.port(), "GET", "/metrics").body;
+  EXPECT_GE(prom_value(dm, "kimi:kv_transfer_loads_total"), 1) << dm;
+  EXPECT_EQ(prom_value(dm, "kimi:kv_transfer_failures_total"), 0) << dm;
   // The models list comes from the decode instance.
   const Reply models = call(proxy.port(), "GET", "/v1/models");
   EXPECT_EQ(ojson::parse(models.body)["data"][0]["id"], model.string()) << models.body;

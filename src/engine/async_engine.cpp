@@ -35,7 +35,13 @@ std::optional<RequestOutput> RequestStream::next_for(std::chrono::milliseconds t
 }
 
 AsyncEngine::AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : engine_(model, tokenizer, std::move(config)), max_model_len_(engine_.max_model_len()), thread_([this] { loop(); }) {}
+    : engine_(model, tokenizer, std::move(config)), max_model_len_(engine_.max_model_len()), thread_([this] { loop(); }) {
+  // A KV connector's event (a finished load, released blocks) wakes an idle loop.
+  engine_.set_kv_wakeup([this] {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  });
+}
 
 AsyncEngine::~AsyncEngine() {
   {
@@ -44,6 +50,7 @@ AsyncEngine::~AsyncEngine() {
   }
   cv_.notify_all();
   thread_.join();
+  engine_.set_kv_wakeup(nullptr);  // mu_ and cv_ go before engine_ does
 }
 
 std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt,
@@ -144,9 +151,10 @@ void AsyncEngine::deliver(RequestOutput o) {
 void AsyncEngine::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] {
-      return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || engine_.has_unfinished();
-    });
+    const auto ready = [&] { return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || engine_.has_work(); };
+    // Held blocks and transfers in flight have timeouts: look again now and then.
+    if (engine_.has_kv_transfers()) cv_.wait_for(lock, std::chrono::milliseconds(100), ready);
+    else cv_.wait(lock, ready);
     if (stop_) break;
     for (auto& p : pending_adds_) {
       try {

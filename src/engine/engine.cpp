@@ -81,12 +81,45 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
+  if (config_.kv_connector_factory) {
+    auto& runner = static_cast<InProcessExecutor&>(*executor_).runner();
+    connector_ = config_.kv_connector_factory(KvConnectorContext{runner.kv_storage(), model.config()});
+  }
   metrics_.set_kv_cache_info({config_.block_size, kv_.pool().num_blocks(),
                               std::string(kv_cache_dtype_name(config_.kv_cache_dtype)),
                               kv_bytes_per_token(config_, model.config())});
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The connector's threads stop first: a transfer may be reading or writing the KV storage.
+  connector_.reset();
+}
+
+bool Engine::has_work() const {
+  return scheduler_.has_schedulable() || !parked_.empty() || !pending_.empty() || (connector_ && connector_->has_events());
+}
+
+void Engine::set_kv_wakeup(std::function<void()> wake) {
+  if (connector_) connector_->set_wakeup(std::move(wake));
+}
+
+void Engine::poll_kv_connector() {
+  if (!connector_) return;
+  for (const auto& blocks : connector_->take_released()) kv_.release_blocks(blocks);
+  const bool recompute = connector_->load_failure_policy() == KvLoadFailurePolicy::Recompute;
+  for (const KvLoadResult& res : connector_->take_finished_loads()) {
+    if (res.num_blocks > 0) metrics_.on_kv_transfer(res.ok, res.bytes, res.ok ? res.num_blocks * config_.block_size : 0);
+    if (!scheduler_.on_kv_load_done(res.request_id, res.ok, recompute)) continue;
+    // kv_load_failure_policy "fail": the request ends with the transfer's error.
+    const std::string parent = processor_.has(res.request_id) ? processor_.parent_of(res.request_id) : res.request_id;
+    const size_t before = pending_.size();
+    if (!abort_request(parent)) scheduler_.finish_requests({res.request_id}, FinishReason::Abort);
+    for (size_t i = before; i < pending_.size(); ++i) {
+      pending_[i].error = "loading the prompt's KV from the prefill instance failed: " + res.error;
+      pending_[i].error_status = 502;
+    }
+  }
+}
 
 void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const {
   const ModelConfig& c = model_.config();
@@ -101,6 +134,24 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
                 " tokens. However, your request has " + std::to_string(len) +
                 " input tokens. Please reduce the length of the input.");
   params.validate(c.vocab_size);
+  if (const auto& kt = params.kv_transfer_params; kt && (kt->do_remote_decode || kt->do_remote_prefill)) {
+    if (params.n != 1) throw ParamError("kv_transfer_params", "kv_transfer_params needs n = 1");
+    if (kt->do_remote_decode && (!connector_ || !connector_->is_producer()))
+      throw ParamError("kv_transfer_params",
+                       "do_remote_decode needs a server started with --kv-transfer-config and kv_role kv_producer or kv_both");
+    if (kt->do_remote_prefill) {
+      if (!connector_ || !connector_->is_consumer())
+        throw ParamError("kv_transfer_params",
+                         "do_remote_prefill needs a server started with --kv-transfer-config and kv_role kv_consumer or kv_both");
+      if (kt->remote_host.empty() || kt->remote_port <= 0 || kt->remote_port > 65535)
+        throw ParamError("kv_transfer_params", "do_remote_prefill needs remote_host and remote_port");
+      // The held KV is that of the producer's prompt: another prompt here would read wrong rows.
+      if (kt->remote_num_tokens > 0 && kt->remote_num_tokens != len)
+        throw ParamError("kv_transfer_params", "kv_transfer_params.remote_num_tokens (" + std::to_string(kt->remote_num_tokens) +
+                                                   ") differs from this prompt's " + std::to_string(len) +
+                                                   " tokens: the prefill ran on another prompt");
+    }
+  }
   if (const structured::StructuredSpec& spec = params.structured; spec.active()) {
     if (!vocab_) throw ParamError(spec.param, "structured output needs a tokenizer");
     try {
@@ -167,12 +218,14 @@ bool Engine::abort_request(const std::string& id) {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  poll_kv_connector();
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   release_parked();
   const int64_t preemptions_before = scheduler_.num_preemptions();
   const int64_t queries_before = scheduler_.prefix_queries(), hits_before = scheduler_.prefix_hits();
   const SchedulerOutput so = scheduler_.schedule();
+  for (KvLoadJob& job : scheduler_.take_kv_loads()) connector_->start_load(std::move(job));
   if (scheduler_.num_preemptions() > preemptions_before) metrics_.on_preemption(scheduler_.num_preemptions() - preemptions_before);
   if (scheduler_.prefix_queries() > queries_before)
     metrics_.on_prefix_cache_query(scheduler_.prefix_queries() - queries_before, scheduler_.prefix_hits() - hits_before);
@@ -203,6 +256,15 @@ std::vector<RequestOutput> Engine::step() {
       }
     }
     if (!o.token_ids.empty() || o.finished) outputs.push_back(std::move(o));
+  }
+  for (const KvHoldRequest& h : scheduler_.take_holds()) {
+    if (!connector_) {
+      kv_.release_blocks(h.block_ids);
+      continue;
+    }
+    KvTransferParams params = connector_->hold(h);
+    for (RequestOutput& o : outputs)
+      if (o.finished && o.request_id == h.request_id) o.kv_transfer_params = params;
   }
   return outputs;
 }

@@ -34,6 +34,9 @@ struct EngineConfig {
   // float32 here keeps library callers and tests bit-exact with Model::forward's default cache.
   KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;
   spec::SpeculativeConfig speculative;  // --speculative-config; disabled by default
+  // Disaggregated prefill (--kv-transfer-config): builds the KV connector once the KV storage
+  // exists. Empty: none; requests with kv_transfer_params are refused.
+  KvConnectorFactory kv_connector_factory;
 };
 
 struct EngineStats {
@@ -78,6 +81,16 @@ class Engine {
   // Runs one step; returns the outputs of every request that progressed or finished.
   std::vector<RequestOutput> step();
   bool has_unfinished() const { return scheduler_.has_unfinished() || !parked_.empty() || !pending_.empty(); }
+  // Whether a step() now would do anything: something to schedule or to report, or a KV
+  // connector event (a load finished, held blocks released). Requests only waiting for remote
+  // KV do not count, so an idle loop can sleep until the connector wakes it.
+  bool has_work() const;
+  // A connector holds blocks or runs transfers: call step() now and then even without work, so
+  // that its timeouts are acted on.
+  bool has_kv_transfers() const { return connector_ && connector_->busy(); }
+  // Called from the connector's threads when has_work() may have become true (null: none).
+  void set_kv_wakeup(std::function<void()> wake);
+  KvConnector* kv_connector() { return connector_.get(); }
 
   // Offline batch generation (vLLM's LLM.generate): runs every prompt to completion.
   // Result [i][j] is completion j of prompt i.
@@ -91,6 +104,9 @@ class Engine {
 
  private:
   void release_parked();
+  // Acts on the connector's events: released holds go back to the pool, finished loads make
+  // their requests schedulable (or recompute, or fail them).
+  void poll_kv_connector();
 
   Model& model_;
   EngineConfig config_;
@@ -99,6 +115,7 @@ class Engine {
   KvCacheManager kv_;
   Scheduler scheduler_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<KvConnector> connector_;  // after executor_: it reads and writes its KV storage
   Metrics metrics_;
   OutputProcessor processor_;
   std::map<std::string, std::vector<std::string>> children_;  // caller's id -> unfinished engine ids

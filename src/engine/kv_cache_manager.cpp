@@ -118,6 +118,16 @@ void KvCacheManager::free(Request& r) {
   r.num_computed_tokens = 0;
 }
 
+std::vector<int32_t> KvCacheManager::detach(Request& r) {
+  std::vector<int32_t> blocks;
+  auto it = tables_.find(r.id);
+  if (it != tables_.end()) {
+    blocks.assign(it->second.blocks.rbegin(), it->second.blocks.rend());
+    tables_.erase(it);
+  }
+  return blocks;
+}
+
 std::span<const int32_t> KvCacheManager::block_ids(const std::string& request_id) const {
   auto it = tables_.find(request_id);
   if (it == tables_.end()) return {};

@@ -57,6 +57,11 @@ class KvCacheManager {
   int64_t truncate(Request& r, int64_t num_tokens);
   // Releases all of r's blocks, tail first so a prefix outlives its continuations.
   void free(Request& r);
+  // Takes r's block table away still held, for someone outside to release later with
+  // release_blocks() (a producer's blocks kept for a decode instance, a consumer's blocks a
+  // transfer is still writing). Tail first, as free() would release them.
+  std::vector<int32_t> detach(Request& r);
+  void release_blocks(std::span<const int32_t> blocks_tail_first) { pool_.release(blocks_tail_first); }
 
   // r's block table, in position order (empty for an unknown request).
   std::span<const int32_t> block_ids(const std::string& request_id) const;

@@ -146,6 +146,14 @@ void Metrics::on_spec_decode(int64_t num_draft_tokens, int64_t num_accepted) {
   for (int64_t j = 0; j < num_accepted && j < num_draft_tokens; ++j) ++s_.spec_accepted_per_pos[size_t(j)];
 }
 
+void Metrics::on_kv_transfer(bool ok, int64_t bytes, int64_t tokens) {
+  std::lock_guard lock(mu_);
+  ++s_.kv_transfer_loads;
+  if (!ok) ++s_.kv_transfer_failures;
+  s_.kv_transfer_bytes += nonneg(bytes);
+  s_.kv_transfer_tokens += nonneg(tokens);
+}
+
 void Metrics::on_finished(std::string_view reason, double e2e_seconds, int64_t prompt_tokens,
                           int64_t generation_tokens) {
   std::lock_guard lock(mu_);
@@ -190,6 +198,14 @@ std::string Metrics::render_prometheus(const std::string& model_name) const {
             s.prefix_cache_queries);
   w.counter("kimi:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
             s.prefix_cache_hits);
+  if (s.kv_transfer_loads > 0) {
+    w.counter("kimi:kv_transfer_loads_total", "Prompt KV loads from prefill instances.", s.kv_transfer_loads);
+    w.counter("kimi:kv_transfer_failures_total", "Prompt KV loads that failed (recomputed or failed per policy).",
+              s.kv_transfer_failures);
+    w.counter("kimi:kv_transfer_bytes_total", "KV bytes received from prefill instances.", s.kv_transfer_bytes);
+    w.counter("kimi:kv_transfer_tokens_total", "Prompt tokens whose KV was received from prefill instances.",
+              s.kv_transfer_tokens);
+  }
   if (s.spec_num_drafts > 0) {
     w.counter("kimi:spec_decode_num_drafts_total", "Number of spec decoding drafts.", s.spec_num_drafts);
     w.counter("kimi:spec_decode_num_draft_tokens_total", "Number of draft tokens.", s.spec_num_draft_tokens);

@@ -40,6 +40,9 @@ struct MetricsSnapshot {
   // tokens verified, accepted, and accepted at each draft position (index 0: the first draft).
   uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_accepted_per_pos;
+  // Disaggregated prefill, on a consumer: loads from producers (those with blocks to pull),
+  // those that failed, the bytes and the prompt tokens whose KV arrived.
+  uint64_t kv_transfer_loads = 0, kv_transfer_failures = 0, kv_transfer_bytes = 0, kv_transfer_tokens = 0;
   // Mean acceptance length: 1 + accepted / drafts (the bonus or replacement token counted), 0
   // before any draft.
   double spec_mean_acceptance_length() const {
@@ -69,6 +72,8 @@ class Metrics {
   void on_token(double seconds_since_prev);            // each later token: inter-token latency
   // One request's verification: num_draft_tokens drafts verified, the first num_accepted kept.
   void on_spec_decode(int64_t num_draft_tokens, int64_t num_accepted);
+  // A consumer's load of a prompt's KV from a producer ended (exported only once one happened).
+  void on_kv_transfer(bool ok, int64_t bytes, int64_t tokens);
   // reason: "stop", "length" or "abort" (others get their own label value).
   void on_finished(std::string_view reason, double e2e_seconds, int64_t prompt_tokens, int64_t generation_tokens);
 

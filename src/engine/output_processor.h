@@ -38,6 +38,8 @@ struct RequestOutput {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;  // usage so far
   std::string error;        // set when the request failed (e.g. rejected at admission)
   int error_status = 500;   // with error: the HTTP status a server answers it with
+  // A prefill for a remote decode that ended holding its KV: where the decoder finds it.
+  std::optional<KvTransferParams> kv_transfer_params;
 };
 
 class OutputProcessor {

@@ -10,7 +10,11 @@
 
 namespace kimi {
 
-enum class RequestStatus { Waiting, Running, Preempted, Finished };
+// WaitingForRemoteKvs: blocks allocated, their KV arriving from a prefill instance; not scheduled.
+enum class RequestStatus { Waiting, WaitingForRemoteKvs, Running, Preempted, Finished };
+// A do_remote_prefill request's pull: not started, in flight, or over (loaded, or given up and
+// recomputed locally).
+enum class RemoteKvState { None, Loading, Done };
 enum class FinishReason { None, Stop, Length, Abort };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort" (OpenAI's names)
 
@@ -32,6 +36,7 @@ struct Request {
   int64_t num_preemptions = 0;
   bool sent_to_executor = false;    // the executor holds its NewRequestData
   std::vector<int32_t> draft_token_ids;  // proposed last step, to verify in the next
+  RemoteKvState remote_kv = RemoteKvState::None;
 
   int64_t num_tokens() const { return int64_t(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "engine/kv_connector.h"
 #include "structured/spec.h"
 
 namespace kimi {
@@ -54,6 +55,9 @@ struct SamplingParams {
   // Structured output (response_format, structured_outputs): the grammar the generated text
   // must follow, compiled once per request by the model runner.
   structured::StructuredSpec structured;
+  // Disaggregated prefill (vLLM's kv_transfer_params): prefill here and hold the KV for a decode
+  // instance (do_remote_decode), or pull the prompt's KV from a prefill instance (do_remote_prefill).
+  std::optional<KvTransferParams> kv_transfer_params;
 
   // Throws ParamError naming the field for values out of range (ids checked against vocab).
   void validate(int64_t vocab_size) const;

@@ -35,7 +35,19 @@ const Request* Scheduler::request(const std::string& id) const {
 void Scheduler::finish(Request& r, FinishReason reason) {
   std::erase(waiting_, &r);
   std::erase(running_, &r);
-  kv_.free(r);
+  const auto& kt = r.params.kv_transfer_params;
+  if (r.remote_kv == RemoteKvState::Loading) {
+    // A transfer may be writing these blocks: they return to the pool when it reports.
+    orphaned_loads_[r.id] = kv_.detach(r);
+    --num_loading_;
+    r.remote_kv = RemoteKvState::Done;
+  } else if (kt && kt->do_remote_decode && reason == FinishReason::Length) {
+    // vLLM's rule: only a prefill that ran to max_tokens hands its KV to a decode instance.
+    const int64_t computed = r.num_computed_tokens;
+    holds_.push_back({r.id, kv_.detach(r), computed});
+  } else {
+    kv_.free(r);
+  }
   r.status = RequestStatus::Finished;
   r.finish_reason = reason;
   if (r.sent_to_executor) finished_since_last_step_.push_back(r.id);
@@ -100,6 +112,64 @@ ScheduledRequest Scheduler::make_scheduled(Request& r, int64_t n, int64_t num_dr
   return s;
 }
 
+bool Scheduler::start_remote_load(Request& r) {
+  const KvTransferParams& kt = *r.params.kv_transfer_params;
+  KvCacheManager::PrefixHit hit = kv_.find_cached_prefix(r);
+  const int64_t bs = kv_.block_size();
+  // The prompt's full blocks before its last token (that token is computed here: its step gives
+  // the first logits), as far as the producer holds them; a local prefix hit needs no pull.
+  int64_t remote_blocks = (r.num_tokens() - 1) / bs;
+  remote_blocks = std::min<int64_t>(remote_blocks, int64_t(kt.remote_block_ids.size()));
+  if (kt.remote_num_tokens > 0) remote_blocks = std::min(remote_blocks, kt.remote_num_tokens / bs);
+  const int64_t hit_blocks = hit.tokens() / bs;
+  const int64_t ext_blocks = std::max<int64_t>(0, remote_blocks - hit_blocks);
+  KvLoadJob job;
+  job.request_id = r.id;
+  job.remote = kt;
+  if (ext_blocks > 0) {
+    if (!kv_.allocate_slots(r, 0, &hit, 0, ext_blocks * bs)) return false;
+    const auto table = kv_.block_ids(r.id);
+    job.local_block_ids.assign(table.begin() + hit_blocks, table.begin() + hit_blocks + ext_blocks);
+    job.remote_block_ids.assign(kt.remote_block_ids.begin() + hit_blocks,
+                                kt.remote_block_ids.begin() + hit_blocks + ext_blocks);
+  }
+  r.num_cached_tokens = hit.tokens();
+  prefix_queries_ += int64_t(r.prompt.size());
+  prefix_hits_ += hit.tokens();
+  // Even with nothing to pull, the producer must hear from us to release its blocks.
+  kv_loads_.push_back(std::move(job));
+  if (ext_blocks > 0) {
+    std::erase(waiting_, &r);
+    r.status = RequestStatus::WaitingForRemoteKvs;
+    r.remote_kv = RemoteKvState::Loading;
+    ++num_loading_;
+  } else {
+    r.remote_kv = RemoteKvState::Done;
+  }
+  return true;
+}
+
+bool Scheduler::on_kv_load_done(const std::string& id, bool ok, bool recompute) {
+  if (auto o = orphaned_loads_.find(id); o != orphaned_loads_.end()) {
+    kv_.release_blocks(o->second);
+    orphaned_loads_.erase(o);
+    return false;
+  }
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->remote_kv != RemoteKvState::Loading) return false;
+  Request& r = *it->second;
+  r.remote_kv = RemoteKvState::Done;
+  --num_loading_;
+  if (!ok) {
+    if (!recompute) return true;
+    kv_.free(r);  // the external blocks hold nothing usable: compute the prompt here
+    r.num_cached_tokens = 0;
+  }
+  r.status = RequestStatus::Waiting;
+  enqueue(&r);
+  return false;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
@@ -140,11 +210,17 @@ SchedulerOutput Scheduler::schedule() {
   // Waiting requests, only when nothing had to be preempted (the cache is under pressure).
   while (!preempted && !waiting_.empty() && budget > 0 && int64_t(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
+    if (r->remote_kv == RemoteKvState::None && r->params.kv_transfer_params &&
+        r->params.kv_transfer_params->do_remote_prefill && r->num_computed_tokens == 0) {
+      if (!start_remote_load(*r)) break;  // wait for blocks to come free
+      if (r->remote_kv == RemoteKvState::Loading) continue;  // it left the queue
+    }
     KvCacheManager::PrefixHit hit;
     if (r->num_computed_tokens == 0) hit = kv_.find_cached_prefix(*r);
     const int64_t n = std::min(r->num_tokens() - r->num_computed_tokens - hit.tokens(), budget);
     if (!kv_.allocate_slots(*r, n, &hit, lookahead(*r, hit.tokens() + n))) break;  // wait for blocks to come free
-    if (r->status == RequestStatus::Waiting) {   // first admission, not a resumed preemption
+    // First admission, not a resumed preemption nor a remote load (counted when it started).
+    if (r->status == RequestStatus::Waiting && r->remote_kv == RemoteKvState::None) {
       r->num_cached_tokens = hit.tokens();
       prefix_queries_ += int64_t(r->prompt.size());
       prefix_hits_ += hit.tokens();

@@ -11,14 +11,22 @@
 // whose tokens are final in the prefix cache (accepted drafts included, rejected ones never),
 // and frees finished requests.
 // Stop strings are the front end's (output_processor.h): it calls finish_requests().
+// Disaggregated prefill (kv_connector.h): a do_remote_prefill request is first given blocks for
+// its prompt's full blocks past any prefix-cache hit, as external tokens, and waits
+// (WaitingForRemoteKvs, never scheduled) while a connector fills them; on_kv_load_done() queues
+// it again to compute the rest (at least its last prompt token), or after a failed load to
+// recompute all. A do_remote_decode request that ends at max_tokens keeps its blocks held: they
+// leave the manager for the producer's registry (take_holds()), to be released by the engine.
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/kv_cache_manager.h"
+#include "engine/kv_connector.h"
 #include "engine/request.h"
 #include "engine/scheduler_output.h"
 
@@ -57,6 +65,17 @@ class Scheduler {
   std::vector<std::string> finish_requests(const std::vector<std::string>& ids, FinishReason reason);
 
   SchedulerOutput schedule();
+  // Loads that schedule() started (each request's blocks are allocated), for the connector.
+  std::vector<KvLoadJob> take_kv_loads() { return std::exchange(kv_loads_, {}); }
+  // Blocks of finished do_remote_decode requests, detached from the manager, still held.
+  std::vector<KvHoldRequest> take_holds() { return std::exchange(holds_, {}); }
+  // A load's end. ok: the request becomes schedulable, its external tokens computed; failed and
+  // recompute: its blocks are freed and it starts over; failed and !recompute: returns true, the
+  // caller finishes it with an error. A request that ended while loading gets its blocks back to
+  // the pool only now (the transfer may have been writing them).
+  bool on_kv_load_done(const std::string& id, bool ok, bool recompute);
+  int64_t num_loading() const { return num_loading_; }
+  bool has_schedulable() const { return !running_.empty() || !waiting_.empty(); }
   std::vector<EngineCoreOutput> update_from_output(const SchedulerOutput& so, const ModelRunnerOutput& out);
 
   const Request* request(const std::string& id) const;
@@ -75,6 +94,8 @@ class Scheduler {
   Request* pick_victim() const;
   void preempt(Request* r);
   void finish(Request& r, FinishReason reason);
+  // Starts r's remote KV load if it needs one; false: not enough free blocks yet.
+  bool start_remote_load(Request& r);
   ScheduledRequest make_scheduled(Request& r, int64_t n, int64_t num_drafts, SchedulerOutput& so);
   // The drafts r can verify this step: those proposed, within max_tokens, max_model_len and budget.
   int64_t drafts_to_verify(const Request& r, int64_t budget) const;
@@ -88,6 +109,10 @@ class Scheduler {
   std::deque<Request*> waiting_;
   std::vector<Request*> running_;
   std::vector<std::string> finished_since_last_step_;  // told to the executor in the next output
+  std::vector<KvLoadJob> kv_loads_;
+  std::vector<KvHoldRequest> holds_;
+  std::map<std::string, std::vector<int32_t>> orphaned_loads_;  // ended while loading: blocks, tail first
+  int64_t num_loading_ = 0;
   int64_t num_preemptions_ = 0, prefix_queries_ = 0, prefix_hits_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "server/api_error.h"
+#include "server/kv_transfer_json.h"
 
 namespace kimi {
 
@@ -230,6 +231,7 @@ void parse_common(const Fields& f, ApiRequest& r) {
     if (r.stream) throw ApiError(400, "'prompt_logprobs' is not available when 'stream' is true", "prompt_logprobs");
   }
   parse_structured(f, r);
+  if (const ojson* k = f.find("kv_transfer_params")) r.params.kv_transfer_params = parse_kv_transfer_params(*k);
 }
 
 std::vector<int32_t> token_list(const ojson& v) {
@@ -314,6 +316,8 @@ ApiRequest parse_completion_request(const ojson& body) {
   if (f.has("suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
   if (f.has("best_of") && f.integer("best_of", 1, 1, kInt32Max) != r.params.n)
     throw ApiError(400, "'best_of' other than n is not supported", "best_of");
+  if (const auto& kt = r.params.kv_transfer_params; kt && (kt->do_remote_decode || kt->do_remote_prefill) && r.prompts.size() != 1)
+    throw ApiError(400, "kv_transfer_params needs a single prompt", "kv_transfer_params");
   return r;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "server/api_error.h"
+#include "server/kv_transfer_json.h"
 #include "server/parsers/marker_scan.h"
 #include "server/parsers/reasoning_parser.h"
 #include "server/parsers/tool_parser.h"
@@ -161,6 +162,7 @@ struct ChoiceState {
   std::string stop_reason;
   int32_t stop_token = -1;
   bool finished = false;
+  std::optional<KvTransferParams> kv_transfer_params;  // a prefill holding its KV for a decoder
 };
 
 // Reads every output of a request into per-choice states; throws on an engine error.
@@ -178,6 +180,7 @@ void drain(RequestStream& s, std::vector<ChoiceState>& choices, size_t offset, i
       c.finish = o->finish_reason;
       c.stop_reason = o->stop_reason;
       c.stop_token = o->stop_token;
+      c.kv_transfer_params = o->kv_transfer_params;
       completion_tokens += o->completion_tokens;
       cached = std::max(cached, o->cached_tokens);
     }
@@ -273,6 +276,7 @@ class CompletionJob : public ResponseJob {
     }
     out["choices"] = arr;
     out["usage"] = usage_json(prompt, completion, cached);
+    if (!choices.empty() && choices[0].kv_transfer_params) out["kv_transfer_params"] = kv_transfer_params_json(*choices[0].kv_transfer_params);
     return out;
   }
 
@@ -447,6 +451,7 @@ class ChatJob : public ResponseJob {
     }
     ojson out = {{"id", id_}, {"object", "chat.completion"}, {"created", created_}, {"model", model_},
                  {"choices", arr}, {"usage", usage_json(prompt_len_, completion, cached)}};
+    if (choices[0].kv_transfer_params) out["kv_transfer_params"] = kv_transfer_params_json(*choices[0].kv_transfer_params);
     // vLLM gives the (shared) prompt's logprobs once, beside the choices.
     if (r_.params.prompt_logprobs) out["prompt_logprobs"] = prompt_logprobs_json(tok_, choices[0].prompt_logprobs);
     return out;

@@ -1,0 +1,224 @@
+// Disaggregated prefill with real `kimi serve` processes on 127.0.0.1: a producer, a consumer and
+// a plain instance. A vLLM-style proxy's two calls (prefill with do_remote_decode, then decode with
+// the producer's kv_transfer_params) must give the plain instance's greedy text for
+// /v1/completions and /v1/chat/completions; after the producer is killed, the consumer
+// recomputes (kv_load_failure_policy recompute) and still answers the same.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server/http/client.h"
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& model, const std::string& log, const std::string& kv_json) : log_(log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::freopen(log.c_str(), "w", stderr);
+      setenv("UCX_TLS", "tcp", 0);
+      if (kv_json.empty())
+        ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                "--max-model-len", "512", "--kv-cache-memory", "33554432", (char*)nullptr);
+      else
+        ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                "--max-model-len", "512", "--kv-cache-memory", "33554432", "--kv-transfer-config", kv_json.c_str(),
+                (char*)nullptr);
+      std::_Exit(127);
+    }
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (port_ == 0 && Clock::now() < deadline) {
+      std::ifstream in(log);
+      const std::string text((std::istreambuf_iterator<char>(in)), {});
+      const size_t p = text.find("http://127.0.0.1:");
+      if (p != std::string::npos) port_ = std::atoi(text.c_str() + p + 17);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~ServeProcess() { stop(SIGTERM); }
+  void stop(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (::waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > until) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+  }
+  int port() const { return port_; }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+json post(int port, const std::string& path, const json& body, int* status_out = nullptr) {
+  http::ClientRequest req;
+  req.method = "POST";
+  req.target = path;
+  req.headers.push_back({"Content-Type", "application/json"});
+  req.body = body.dump();
+  int status = 0;
+  std::string out;
+  const auto err = http::send_request("127.0.0.1", port, req, {5, 60}, [&](int s) { status = s; },
+                                      [&](std::string_view piece) {
+                                        out.append(piece);
+                                        return true;
+                                      });
+  EXPECT_EQ(err, http::ClientError::None) << http::describe(err);
+  if (status_out) *status_out = status;
+  else EXPECT_EQ(status, 200) << out;
+  return json::parse(out, nullptr, false);
+}
+
+std::string get(int port, const std::string& path) {
+  http::ClientRequest req;
+  req.target = path;
+  std::string out;
+  http::send_request("127.0.0.1", port, req, {5, 60}, [](int) {}, [&](std::string_view piece) {
+    out.append(piece);
+    return true;
+  });
+  return out;
+}
+
+// The concatenated text of an SSE completions stream.
+std::string streamed_text(int port, json body) {
+  body["stream"] = true;
+  http::ClientRequest req;
+  req.method = "POST";
+  req.target = "/v1/completions";
+  req.headers.push_back({"Content-Type", "application/json"});
+  req.body = body.dump();
+  std::string raw;
+  http::send_request("127.0.0.1", port, req, {5, 60}, [](int) {}, [&](std::string_view piece) {
+    raw.append(piece);
+    return true;
+  });
+  std::string text;
+  for (size_t at = raw.find("data: "); at != std::string::npos; at = raw.find("data: ", at + 6)) {
+    const size_t end = raw.find("\n", at);
+    const std::string line = raw.substr(at + 6, end - at - 6);
+    if (line == "[DONE]") break;
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("choices") && !j["choices"].empty()) text += j["choices"][0].value("text", "");
+  }
+  return text;
+}
+
+TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir).string();
+  ServeProcess single(model, (dir.path() / "single.log").string(), "");
+  ServeProcess prod(model, (dir.path() / "p.log").string(),
+                    R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0,"engine_id":"p0"})");
+  ServeProcess cons(model, (dir.path() / "d.log").string(),
+                    R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"transfer_timeout":5}})");
+  ASSERT_GT(single.port(), 0) << single.log();
+  ASSERT_GT(prod.port(), 0) << prod.log();
+  ASSERT_GT(cons.port(), 0) << cons.log();
+  EXPECT_NE(prod.log().find("kv transfer: NixlConnector, kv_producer, engine_id p0, listening on 127.0.0.1:"), std::string::npos)
+      << prod.log();
+
+  const json to_prefill = {{"do_remote_decode", true}, {"do_remote_prefill", false}, {"remote_engine_id", nullptr},
+                           {"remote_block_ids", nullptr}, {"remote_host", nullptr}, {"remote_port", nullptr}};
+  const std::string prompt = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the farm";
+  const json base = {{"prompt", prompt}, {"temperature", 0}, {"ignore_eos", true}};
+
+  // /v1/completions
+  json want_req = base;
+  want_req["max_tokens"] = 12;
+  const json want = post(single.port(), "/v1/completions", want_req);
+  json p_req = base;
+  p_req["max_tokens"] = 1;
+  p_req["kv_transfer_params"] = to_prefill;
+  const json p_resp = post(prod.port(), "/v1/completions", p_req);
+  ASSERT_TRUE(p_resp.contains("kv_transfer_params")) << p_resp.dump();
+  const json kv = p_resp["kv_transfer_params"];
+  EXPECT_EQ(kv["do_remote_prefill"], true);
+  EXPECT_EQ(kv["remote_engine_id"], "p0");
+  EXPECT_FALSE(kv["remote_block_ids"].empty());
+  json d_req = want_req;
+  d_req["kv_transfer_params"] = kv;
+  const json got = post(cons.port(), "/v1/completions", d_req);
+  EXPECT_EQ(got["choices"][0]["text"], want["choices"][0]["text"]) << got.dump();
+  EXPECT_FALSE(got.contains("kv_transfer_params"));
+  // At least one full block (16 tokens) before the last prompt token came over the wire.
+  EXPECT_GT(got["usage"]["prompt_tokens"].get<int>(), 17);
+  EXPECT_EQ(kv["remote_num_tokens"], got["usage"]["prompt_tokens"]);
+
+  // The same through a streamed decode.
+  const json p_again = post(prod.port(), "/v1/completions", p_req);
+  json d_stream = want_req;
+  d_stream["kv_transfer_params"] = p_again["kv_transfer_params"];
+  EXPECT_EQ(streamed_text(cons.port(), d_stream), want["choices"][0]["text"].get<std::string>());
+
+  // /v1/chat/completions
+  const json chat = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"ignore_eos", true}};
+  json cw = chat;
+  cw["max_tokens"] = 10;
+  const json chat_want = post(single.port(), "/v1/chat/completions", cw);
+  json cp = chat;
+  cp["max_tokens"] = 1;
+  cp["kv_transfer_params"] = to_prefill;
+  const json cp_resp = post(prod.port(), "/v1/chat/completions", cp);
+  ASSERT_TRUE(cp_resp.contains("kv_transfer_params")) << cp_resp.dump();
+  json cd = cw;
+  cd["kv_transfer_params"] = cp_resp["kv_transfer_params"];
+  const json chat_got = post(cons.port(), "/v1/chat/completions", cd);
+  EXPECT_EQ(chat_got["choices"][0]["message"]["content"], chat_want["choices"][0]["message"]["content"]) << chat_got.dump();
+
+  // Both pulls succeeded: the consumer logged no failed load, and /metrics counts them.
+  EXPECT_EQ(cons.log().find("kv transfer: request"), std::string::npos) << cons.log();
+  const std::string metrics = get(cons.port(), "/metrics");
+  EXPECT_NE(metrics.find("kimi:kv_transfer_loads_total{model_name="), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kimi:kv_transfer_bytes_total{model_name="), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kimi:kv_transfer_failures_total{model_name=\""), std::string::npos) << metrics;
+
+  // A prefill whose producer dies before the decoder pulls: the decoder recomputes.
+  // (Another prompt: this one's blocks are in the consumer's prefix cache now.)
+  json other = want_req;
+  other["prompt"] = "Once upon a time in a land far away there lived a king who had three daughters and a goat";
+  const json other_want = post(single.port(), "/v1/completions", other);
+  json p_other = other;
+  p_other["max_tokens"] = 1;
+  p_other["kv_transfer_params"] = to_prefill;
+  const json held = post(prod.port(), "/v1/completions", p_other)["kv_transfer_params"];
+  prod.stop(SIGKILL);
+  json late = other;
+  late["kv_transfer_params"] = held;
+  const json recomputed = post(cons.port(), "/v1/completions", late);
+  EXPECT_EQ(recomputed["choices"][0]["text"], other_want["choices"][0]["text"]) << recomputed.dump();
+  EXPECT_NE(cons.log().find("kv transfer: request"), std::string::npos) << cons.log();
+
+  // kv_transfer_params on a server without a connector: a 400 naming the field.
+  int status = 0;
+  const json refused = post(single.port(), "/v1/completions", p_req, &status);
+  EXPECT_EQ(status, 400) << refused.dump();
+}
+
+}  // namespace
+}  // namespace kimi
