@@ -14,8 +14,9 @@ namespace kimi {
 Model::Model(const std::filesystem::path& dir, ModelOptions options)
     : config_(ModelConfig::load(dir)),
       options_(options),
+      attention_config_(TensorParallel{options.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      weights_(load_weights(*checkpoint_, config_, options.quantization)),
+      weights_(load_weights(*checkpoint_, config_, options.quantization, TensorParallel{options.tensor_parallel.get()})),
       rope_(config_),
       pool_(options.num_threads) {}
 
@@ -81,7 +82,7 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     rms_norm_to(x.data(), xn.data(), n, D, L.input_norm.data(), eps);
     {
       PhaseScope scope(times, l, Phase::Attention);
-      mla_attention(c, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
+      mla_attention(attention_config_, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
 

@@ -28,9 +28,12 @@ struct ActiveWeights {
 
 }  // namespace
 
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant) {
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant,
+                          const TensorParallel& tp) {
+  tp.check(c);
   WeightBinder b(ckpt, c, quant);
   ModelWeights w;
+  OwnedWeightBuffers shards;  // row-parallel slices (copied columns)
   // Shapes come from the one layout table, so the loader and make-model cannot drift apart.
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& t : text_model_layout(c)) shapes.emplace(t.name, t.shape);
@@ -53,10 +56,11 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
   w.layers.resize(size_t(c.num_hidden_layers));
   ActiveWeights active;
   auto mlp = [&](int64_t l, const std::string& prefix) {
-    return MlpWeights{linear(layer_tensor(c, l, prefix + "gate_proj.weight")),
-                      linear(layer_tensor(c, l, prefix + "up_proj.weight")),
-                      linear(layer_tensor(c, l, prefix + "down_proj.weight"))};
+    return MlpWeights{column_parallel(linear(layer_tensor(c, l, prefix + "gate_proj.weight")), tp),
+                      column_parallel(linear(layer_tensor(c, l, prefix + "up_proj.weight")), tp),
+                      row_parallel(linear(layer_tensor(c, l, prefix + "down_proj.weight")), tp, shards), {}};
   };
+  const RowParallelReduce reduce{tp.group};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     LayerWeights& L = w.layers[size_t(l)];
     L.input_norm = vec(layer_tensor(c, l, "input_layernorm.weight"));
@@ -65,23 +69,26 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     if (c.q_lora_rank > 0) {
       a.q_a = linear(layer_tensor(c, l, "self_attn.q_a_proj.weight"));
       a.q_a_norm = vec(layer_tensor(c, l, "self_attn.q_a_layernorm.weight"));
-      a.q_b = linear(layer_tensor(c, l, "self_attn.q_b_proj.weight"));
+      a.q_b = column_parallel(linear(layer_tensor(c, l, "self_attn.q_b_proj.weight")), tp, c.qk_head_dim());
       active.add(a.q_a);
       active.add(a.q_b);
     } else {
-      a.q_proj = linear(layer_tensor(c, l, "self_attn.q_proj.weight"));
+      a.q_proj = column_parallel(linear(layer_tensor(c, l, "self_attn.q_proj.weight")), tp, c.qk_head_dim());
       active.add(a.q_proj);
     }
     a.kv_a = linear(layer_tensor(c, l, "self_attn.kv_a_proj_with_mqa.weight"));
     a.kv_a_norm = vec(layer_tensor(c, l, "self_attn.kv_a_layernorm.weight"));
-    a.kv_b = linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true);
-    a.o = linear(layer_tensor(c, l, "self_attn.o_proj.weight"));
+    a.kv_b = column_parallel(linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true), tp,
+                             c.qk_nope_head_dim + c.v_head_dim);
+    a.o = row_parallel(linear(layer_tensor(c, l, "self_attn.o_proj.weight")), tp, shards);
+    a.o_reduce = reduce;
     active.add(a.kv_a);
     active.add(a.kv_b);
     active.add(a.o);
 
     if (!c.is_moe_layer(l)) {
       L.dense = mlp(l, "mlp.");
+      L.dense->reduce = reduce;
       active.add(*L.dense);
       continue;
     }
@@ -90,6 +97,7 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
     for (int64_t e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(mlp(l, "mlp.experts." + std::to_string(e) + "."));
     if (c.n_shared_experts > 0) m.shared = mlp(l, "mlp.shared_experts.");
+    m.reduce = reduce;
     active.add(m.router);
     active.add(m.experts[0], c.num_experts_per_tok);
     if (m.shared) active.add(*m.shared);
@@ -102,6 +110,7 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
   w.total_bytes = b.total_bytes();
   w.storage = b.storage_summary();
   w.buffers = b.take_buffers();
+  for (auto& s : shards) w.buffers.push_back(std::move(s));
   return w;
 }
 
