@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -94,27 +95,63 @@ ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, con
       }
       children_.push_back(pid);
     }
+    reaped_.assign(children_.size(), false);
+    watcher_ = std::thread([this] { watch_children(); });
   }
-  WorldOptions o;
-  o.rank = p.tensor_parallel_rank;
-  o.size = p.tensor_parallel_size;
-  o.store_host = p.data_parallel_address;
-  o.store_port = p.data_parallel_rpc_port;
-  o.serve_store = o.rank == 0;
-  o.device_host = p.data_parallel_address;
-  o.timeout = std::chrono::milliseconds(int64_t(p.parallel_timeout_s * 1000));
-  o.identity = identity;
-  world_ = std::make_unique<World>(o);
-  std::vector<int> ranks;
-  for (int r = 0; r < p.tensor_parallel_size; ++r) ranks.push_back(r);
-  tp_ = world_->new_group("tp0", ranks);
+  try {
+    WorldOptions o;
+    o.rank = p.tensor_parallel_rank;
+    o.size = p.tensor_parallel_size;
+    o.store_host = p.data_parallel_address;
+    o.store_port = p.data_parallel_rpc_port;
+    o.serve_store = o.rank == 0;
+    o.device_host = p.data_parallel_address;
+    o.timeout = std::chrono::milliseconds(int64_t(p.parallel_timeout_s * 1000));
+    o.identity = identity;
+    world_ = std::make_unique<World>(o);
+    std::vector<int> ranks;
+    for (int r = 0; r < p.tensor_parallel_size; ++r) ranks.push_back(r);
+    tp_ = world_->new_group("tp0", ranks);
+  } catch (...) {
+    // Not joined: the spawned ranks would only wait for their own timeout.
+    stopping_ = true;
+    if (watcher_.joinable()) watcher_.join();
+    for (size_t i = 0; i < children_.size(); ++i)
+      if (!reaped_[i]) {
+        kill(children_[i], SIGKILL);
+        waitpid(children_[i], nullptr, 0);
+      }
+    throw;
+  }
+}
+
+void ParallelLaunch::watch_children() {
+  while (!stopping_) {
+    for (size_t i = 0; i < children_.size(); ++i) {
+      int status = 0;
+      if (reaped_[i] || waitpid(children_[i], &status, WNOHANG) != children_[i]) continue;
+      reaped_[i] = true;
+      // A rank leaves with 0 only after rank 0 told it to stop.
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      std::fprintf(stderr, "kimi: tensor-parallel rank %zu (pid %d) %s %d; exiting\n", i + 1, int(children_[i]),
+                   WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 ParallelLaunch::~ParallelLaunch() {
+  stopping_ = true;
+  if (watcher_.joinable()) watcher_.join();
   tp_.reset();
   world_.reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (pid_t pid : children_) {
+  for (size_t i = 0; i < children_.size(); ++i) {
+    if (reaped_[i]) continue;
+    const pid_t pid = children_[i];
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {

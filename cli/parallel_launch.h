@@ -5,8 +5,10 @@
 // rendezvous store and drives the engine; the other ranks load their shard and run the steps
 // rank 0 broadcasts. Flags that are parsed but not implemented yet (data / expert parallelism,
 // --headless) are refused with a clear error rather than silently ignored.
+#include <atomic>
 #include <memory>
 #include <set>
+#include <thread>
 #include <string>
 #include <sys/types.h>
 #include <vector>
@@ -52,8 +54,15 @@ class ParallelLaunch {
   int threads_per_rank(int requested) const;
 
  private:
+  // Rank 0: ends this process when a spawned rank dies (killed, crashed, failed to load), even
+  // while no step is running to notice it through a collective.
+  void watch_children();
+
   ParallelArgs args_;
   std::vector<pid_t> children_;
+  std::vector<bool> reaped_;
+  std::atomic<bool> stopping_{false};
+  std::thread watcher_;
   std::unique_ptr<World> world_;
   std::shared_ptr<GlooProcessGroup> tp_;
 };

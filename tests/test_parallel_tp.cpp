@@ -78,7 +78,10 @@ TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) {
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
                          .identity = "tiny|tp=2"});
-    Model shard(model_dir, ModelOptions{.num_threads = 1, .tensor_parallel = w.new_group("tp", {0, 1})});
+    ModelOptions mo;  // (not designated: GCC 12 warns falsely about the string inside)
+    mo.num_threads = 1;
+    mo.tensor_parallel = w.new_group("tp", {0, 1});
+    Model shard(model_dir, mo);
     save(dir.path() / ("rank" + std::to_string(rank)), run_trace(shard));
     return 0;
   }, std::chrono::seconds(120));

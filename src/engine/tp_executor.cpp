@@ -2,8 +2,12 @@
 
 #include <cstring>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "common/error.h"
 #include "engine/step_codec.h"
+#include "parallel/collective_error.h"
 
 namespace kimi {
 
@@ -51,8 +55,17 @@ ModelRunnerOutput TensorParallelExecutor::execute_model(const SchedulerOutput& s
       throw Error("structured outputs are not supported with tensor parallelism yet");
   std::vector<std::byte> m = encode_step(so);
   m.insert(m.begin(), std::byte{kStep});
-  group_->broadcast_bytes(m, 0);
-  return runner_.execute(so);
+  try {
+    group_->broadcast_bytes(m, 0);
+    return runner_.execute(so);
+  } catch (const CollectiveError& e) {
+    // A rank is gone: the shards can no longer step together, and the engine above would only
+    // fail every later step. End the process with the reason (vLLM's API server also exits when
+    // its engine core dies); the workers see the closed connections and end too.
+    std::fprintf(stderr, "kimi: tensor-parallel group lost a rank, exiting: %s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
 }
 
 void run_tensor_parallel_worker(Model& model) {
@@ -75,7 +88,13 @@ void run_tensor_parallel_worker(Model& model) {
       continue;
     }
     if (kind != kStep || !runner) throw Error("tensor-parallel worker: unexpected message from rank 0");
-    runner->execute(decode_step(std::span<const std::byte>(m).subspan(1)));
+    try {
+      runner->execute(decode_step(std::span<const std::byte>(m).subspan(1)));
+    } catch (const CollectiveError&) {
+      throw;
+    } catch (const Error&) {
+      // Rank 0 met the same error in the same step (a request's fault) and carries on: so do we.
+    }
   }
 }
 

@@ -52,7 +52,11 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     const auto& s = shape_of(name);
     return b.dense(name, s[0], s[1]);
   };
+  // The vocabulary is split too when it divides evenly (ParallelEmbedding, and an lm_head whose
+  // logits are gathered); otherwise both stay whole on every rank.
+  const bool vocab_split = tp.size() > 1 && c.vocab_size % tp.size() == 0;
   w.embed = dense(model_tensor(c, "embed_tokens.weight"));
+  if (vocab_split) w.embed = column_parallel(w.embed, tp);
   w.layers.resize(size_t(c.num_hidden_layers));
   ActiveWeights active;
   auto mlp = [&](int64_t l, const std::string& prefix) {
@@ -103,7 +107,9 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     if (m.shared) active.add(*m.shared);
   }
   w.final_norm = vec(model_tensor(c, "norm.weight"));
-  w.lm_head = c.tie_word_embeddings ? w.embed : linear(lm_head_tensor(c));
+  w.lm_head = c.tie_word_embeddings ? w.embed
+              : vocab_split           ? column_parallel(linear(lm_head_tensor(c)), tp)
+                                      : linear(lm_head_tensor(c));
   active.add(w.lm_head);
   w.active_bytes_per_token = active.bytes;
   w.active_params_per_token = active.params;

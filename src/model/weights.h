@@ -62,7 +62,8 @@ struct ModelWeights {
 // file and the tensor. Quantized checkpoints (model/weight_binder.h) load as stored, and float
 // ones are quantized on load when `quant` asks. The checkpoint must outlive the returned weights.
 // With a TP group the weights are this rank's shard (model/parallel_linear.h): attention by head,
-// MLPs and every expert by intermediate width; embedding, router, norms and lm_head replicated.
+// MLPs and every expert by intermediate width, embedding and lm_head by vocabulary (when it
+// divides evenly; whole otherwise); router, norms and the MLA down-projections replicated.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {},
                           const TensorParallel& tp = {});
 

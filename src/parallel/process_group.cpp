@@ -8,7 +8,7 @@
 #include <gloo/context.h>
 #include <gloo/math.h>
 
-#include "common/error.h"
+#include "parallel/collective_error.h"
 
 namespace kimi {
 
@@ -28,7 +28,7 @@ void GlooProcessGroup::guarded(const char* what, F&& f) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // gloo::IoException (peer gone, timeout), gloo::EnforceNotMet
-    throw Error("process group '" + name_ + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
+    throw CollectiveError("process group '" + name_ + "' (rank " + std::to_string(rank()) + " of " + std::to_string(size()) +
                 "): " + what + " failed: a peer rank died or did not answer within " +
                 std::to_string(timeout_.count()) + " ms (" + e.what() + ")");
   }
