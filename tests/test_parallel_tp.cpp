@@ -5,6 +5,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "engine/engine.h"
+#include "engine/tp_executor.h"
 #include "model/model.h"
 #include "model/parallel_linear.h"
 #include "parallel/world.h"
@@ -104,6 +106,56 @@ TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) {
     std::printf("rank %d: max |logit - tp1 logit| = %.3g over %zu logits (max |logit| %.3g)\n", r, double(worst),
                 ref.logits.size(), double(ref_scale));
   }
+}
+
+// Through the engine: three prompts batched, the longer ones prefilled in chunks of 8 tokens,
+// rank 0 driving the scheduler and the worker running the steps it broadcasts.
+std::vector<std::vector<int32_t>> engine_tokens(Model& model) {
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 4;
+  ec.scheduler.max_num_batched_tokens = 8;
+  ec.scheduler.max_model_len = 256;
+  ec.num_kv_blocks_override = 64;
+  Engine engine(model, nullptr, ec);
+  std::vector<std::vector<int32_t>> prompts{{5, 17, 300, 42, 1000, 7, 7, 64, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
+                                            {3, 1, 4, 1, 5},
+                                            {900, 800, 700, 600, 500, 400, 300, 200, 100, 50, 25, 12, 6}};
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 6;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& c : engine.generate(prompts, sp)) out.push_back(c.at(0).token_ids);
+  return out;
+}
+
+TEST(ParallelTensor, EngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
+  test::TempDir dir;
+  const auto model_dir = test::make_tiny_model(dir);
+  std::vector<std::vector<int32_t>> ref;
+  {
+    Model one(model_dir, ModelOptions{.num_threads = 1});
+    ref = engine_tokens(one);
+  }
+  ASSERT_EQ(ref.size(), 3u);
+  for (const auto& r : ref) ASSERT_EQ(r.size(), 6u);
+  TcpStoreServer server("127.0.0.1", 0);
+  const int port = server.port();
+  const auto codes = test::run_ranks(2, [&](int rank) {
+    World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
+                         .identity = "tiny|tp=2"});
+    ModelOptions mo;
+    mo.num_threads = 1;
+    mo.tensor_parallel = w.new_group("tp", {0, 1});
+    Model shard(model_dir, mo);
+    if (rank != 0) {
+      run_tensor_parallel_worker(shard);
+      return 0;
+    }
+    const auto got = engine_tokens(shard);
+    return got == ref ? 0 : 3;
+  }, std::chrono::seconds(120));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 // The split must divide heads and widths; a group of 3 cannot split the tiny model's 4 heads.
