@@ -139,6 +139,16 @@ int run_generate(int argc, char** argv) {
     nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},     {"tokens", generated},
                         {"threads", model.num_threads()},        {"prefill_seconds", st.prefill_seconds},
                         {"decode_seconds", st.decode_seconds}};
+    if (const CollectiveStats* cs = launch.tensor_parallel_stats()) {
+      const auto counter = [](const CollectiveCounter& k) {
+        return nlohmann::json{{"calls", k.calls}, {"bytes", k.bytes}, {"seconds", k.seconds}};
+      };
+      // Rank 0's collectives over the whole run (warm-up included), for the TP cost per step.
+      j["tensor_parallel"] = {{"size", pa.tensor_parallel_size},
+                              {"all_reduce", counter(cs->all_reduce)},
+                              {"all_gather", counter(cs->all_gather)},
+                              {"broadcast", counter(cs->broadcast)}};
+    }
     if (ec.speculative.enabled())
       j["speculative"] = {{"drafts", st.spec_drafts},
                           {"draft_tokens", st.spec_draft_tokens},

@@ -50,6 +50,8 @@ class ParallelLaunch {
 
   bool is_worker() const { return args_.tensor_parallel_rank != 0; }
   std::shared_ptr<Communicator> tensor_parallel_group() const { return tp_; }
+  // This rank's traffic in the TP group so far (null with tp = 1).
+  const CollectiveStats* tensor_parallel_stats() const { return tp_ ? &tp_->stats() : nullptr; }
   // --threads per rank: the given value, or the hardware threads divided among the local ranks.
   int threads_per_rank(int requested) const;
 

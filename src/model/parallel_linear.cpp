@@ -60,9 +60,9 @@ WeightMatrix row_parallel(const WeightMatrix& w, const TensorParallel& tp, Owned
   if (!per_channel && cols % w.group_size != 0)
     throw Error("tensor parallel size " + std::to_string(n) + " would split a quantization group of " +
                 std::to_string(w.group_size) + " (a row-parallel slice of " + std::to_string(cols) + " columns)");
-  if (cols % 32 != 0)
-    throw Error("tensor parallel size " + std::to_string(n) + " leaves " + std::to_string(cols) +
-                " columns per rank, not a multiple of 32 as the integer kernels need");
+  if (w.format == WeightFormat::Int4Group && cols % 2 != 0)
+    throw Error("tensor parallel size " + std::to_string(n) + " leaves an odd number of int4 columns per rank (" +
+                std::to_string(cols) + ")");
   const size_t bits = w.format == WeightFormat::Int4Group ? 4 : 8;
   s.data = copy_strided(w.data, size_t(w.cols) * bits / 8, size_t(c0) * bits / 8, size_t(cols) * bits / 8);
   if (per_channel) {

@@ -22,9 +22,15 @@ int GlooProcessGroup::rank() const { return context_->rank; }
 int GlooProcessGroup::size() const { return context_->size; }
 
 template <class F>
-void GlooProcessGroup::guarded(const char* what, F&& f) {
+void GlooProcessGroup::guarded(const char* what, CollectiveCounter* counter, size_t bytes, F&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     f();
+    if (counter) {
+      ++counter->calls;
+      counter->bytes += int64_t(bytes);
+      counter->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // gloo::IoException (peer gone, timeout), gloo::EnforceNotMet
@@ -36,7 +42,7 @@ void GlooProcessGroup::guarded(const char* what, F&& f) {
 
 void GlooProcessGroup::all_reduce_sum(std::span<float> data) {
   if (size() == 1 || data.empty()) return;
-  guarded("all-reduce", [&] {
+  guarded("all-reduce", &stats_.all_reduce, data.size_bytes(), [&] {
     gloo::AllreduceOptions opts(context_);
     opts.setOutput(data.data(), data.size());
     opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
@@ -53,7 +59,7 @@ void GlooProcessGroup::all_gather(std::span<const std::byte> in, std::span<std::
     return;
   }
   if (in.empty()) return;
-  guarded("all-gather", [&] {
+  guarded("all-gather", &stats_.all_gather, in.size(), [&] {
     gloo::AllgatherOptions opts(context_);
     // Gloo reads the input through a non-const buffer but does not write it.
     opts.setInput(const_cast<std::byte*>(in.data()), in.size());
@@ -67,7 +73,7 @@ void GlooProcessGroup::all_gather(std::span<const std::byte> in, std::span<std::
 void GlooProcessGroup::broadcast(std::span<std::byte> data, int root) {
   if (root < 0 || root >= size()) throw Error("broadcast: no rank " + std::to_string(root));
   if (size() == 1 || data.empty()) return;
-  guarded("broadcast", [&] {
+  guarded("broadcast", &stats_.broadcast, data.size(), [&] {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(data.data(), data.size());
     opts.setRoot(root);
@@ -79,7 +85,7 @@ void GlooProcessGroup::broadcast(std::span<std::byte> data, int root) {
 
 void GlooProcessGroup::barrier() {
   if (size() == 1) return;
-  guarded("barrier", [&] {
+  guarded("barrier", nullptr, 0, [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTag(tag_++);
     opts.setTimeout(timeout_);
