@@ -10,6 +10,9 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& value_
            const std::set<std::string>& bool_flags) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
+    // vLLM's short spellings of the parallel sizes.
+    if (a == "-tp" || a.rfind("-tp=", 0) == 0) a = "--tensor-parallel-size" + a.substr(3);
+    if (a == "-dp" || a.rfind("-dp=", 0) == 0) a = "--data-parallel-size" + a.substr(3);
     if (a.rfind("--", 0) != 0 || a == "--") {
       positionals_.push_back(a);
       continue;

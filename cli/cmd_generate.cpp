@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "parallel_launch.h"
 #include "common/error.h"
 #include "engine/generation.h"
+#include "engine/tp_executor.h"
 #include "model/model.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/tokenizer.h"
@@ -46,10 +48,12 @@ AttentionMode parse_attention(const std::string& s) {
 }  // namespace
 
 int run_generate(int argc, char** argv) {
-  const Args a(argc, argv, 2,
-               {"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p", "seed", "threads",
-                "attention", "quantization", "kv-cache-dtype", "speculative-config"},
-               {"help", "ignore-eos", "json", "warmup"});
+  std::set<std::string> value_flags{"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
+                                    "seed", "threads", "attention", "quantization", "kv-cache-dtype", "speculative-config"};
+  std::set<std::string> bool_flags{"help", "ignore-eos", "json", "warmup"};
+  value_flags.insert(parallel_value_flags().begin(), parallel_value_flags().end());
+  bool_flags.insert(parallel_bool_flags().begin(), parallel_bool_flags().end());
+  const Args a(argc, argv, 2, value_flags, bool_flags);
   if (a.has("help")) {
     std::printf(
         "usage: kimi generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
@@ -57,7 +61,8 @@ int run_generate(int argc, char** argv) {
         "                     [--ignore-eos] [--attention auto|naive|absorbed]\n"
         "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
         "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n"
-        "                     [--speculative-config JSON]  (as kimi serve's)\n\n"
+        "                     [--speculative-config JSON]  (as kimi serve's)\n"
+        "                     [--tensor-parallel-size|-tp N] [--data-parallel-rpc-port P]\n\n"
         "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
         "--prompt-ids it prints the generated token ids instead. --warmup runs the prompt once,\n"
         "untimed, before the timed generation (so the mapped weights are resident); --json prints\n"
@@ -74,11 +79,18 @@ int run_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   if (a.has("prompt-ids")) prompt = parse_ids(a.require("prompt-ids"));
   ModelOptions mo;
-  mo.num_threads = int(a.get_int("threads", 0));
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
   const std::string dir = a.require("model");
+  const ParallelArgs pa = parse_parallel_args(a);
+  ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
+  mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
+  mo.tensor_parallel = launch.tensor_parallel_group();
   Model model(dir, mo);
+  if (launch.is_worker()) {  // rank 0 drives the engine; this rank runs the steps it is sent
+    run_tensor_parallel_worker(model);
+    return 0;
+  }
   const ModelConfig& c = model.config();
   std::optional<Tokenizer> tokenizer;
   if (a.has("prompt")) {
@@ -127,6 +139,16 @@ int run_generate(int argc, char** argv) {
     nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},     {"tokens", generated},
                         {"threads", model.num_threads()},        {"prefill_seconds", st.prefill_seconds},
                         {"decode_seconds", st.decode_seconds}};
+    if (const CollectiveStats* cs = launch.tensor_parallel_stats()) {
+      const auto counter = [](const CollectiveCounter& k) {
+        return nlohmann::json{{"calls", k.calls}, {"bytes", k.bytes}, {"seconds", k.seconds}};
+      };
+      // Rank 0's collectives over the whole run (warm-up included), for the TP cost per step.
+      j["tensor_parallel"] = {{"size", pa.tensor_parallel_size},
+                              {"all_reduce", counter(cs->all_reduce)},
+                              {"all_gather", counter(cs->all_gather)},
+                              {"broadcast", counter(cs->broadcast)}};
+    }
     if (ec.speculative.enabled())
       j["speculative"] = {{"drafts", st.spec_drafts},
                           {"draft_tokens", st.spec_draft_tokens},

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "args.h"
+#include "engine/tp_executor.h"
+#include "parallel_launch.h"
 #include "common/error.h"
 #include "engine/async_engine.h"
 #include "kvtransfer/kv_transfer_config.h"
@@ -63,6 +65,9 @@ void usage() {
       "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
       "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
+      "  --tensor-parallel-size|-tp N  --data-parallel-rpc-port P (tensor parallelism over N local processes;\n"
+      "    --data-parallel-size, --data-parallel-size-local, --data-parallel-start-rank, --headless and\n"
+      "    --enable-expert-parallel are recognised but not supported yet)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
       "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n"
       "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"
@@ -75,15 +80,17 @@ void usage() {
 }  // namespace
 
 int run_serve(int argc, char** argv) {
-  const Args a(argc, argv, 2,
-               {"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
+  std::set<std::string> value_flags{"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
                 "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
                 "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype",
-                "speculative-config", "kv-transfer-config"},
-               {"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
-                "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"});
+                "speculative-config", "kv-transfer-config"};
+  std::set<std::string> bool_flags{"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
+                "trust-remote-code", "disable-log-requests", "disable-log-stats", "exclude-tools-when-tool-choice-none"};
+  value_flags.insert(parallel_value_flags().begin(), parallel_value_flags().end());
+  bool_flags.insert(parallel_bool_flags().begin(), parallel_bool_flags().end());
+  const Args a(argc, argv, 2, value_flags, bool_flags);
   if (a.has("help") || a.positionals().size() != 1) {
     usage();
     return a.has("help") ? 0 : 1;
@@ -107,9 +114,16 @@ int run_serve(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
   ModelOptions mo;
-  mo.num_threads = int(a.get_int("threads", 0));
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
+  const ParallelArgs pa = parse_parallel_args(a);
+  ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
+  mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
+  mo.tensor_parallel = launch.tensor_parallel_group();
   Model model(dir, mo);
+  if (launch.is_worker()) {  // rank 0 serves; this rank runs the steps it is sent
+    run_tensor_parallel_worker(model);
+    return 0;
+  }
   const Tokenizer tokenizer = Tokenizer::load(dir);
 
   EngineConfig ec;

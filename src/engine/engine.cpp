@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/tp_executor.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -67,6 +69,18 @@ SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model
   return setup;
 }
 
+// In this process, or with tensor parallelism over the model's TP group (engine/tp_executor.h).
+std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
+                                        std::shared_ptr<const structured::TokenVocab> vocab,
+                                        const spec::SpeculativeConfig& speculative) {
+  if (const auto& tp = model.tensor_parallel(); tp && tp->size() > 1) {
+    if (speculative.enabled()) throw Error("speculative decoding is not supported with tensor parallelism yet");
+    return std::make_unique<TensorParallelExecutor>(model, kv, std::move(vocab));
+  }
+  return std::make_unique<InProcessExecutor>(model, kv, std::move(vocab),
+                                             make_speculation(speculative, model, kv.num_blocks, kv.block_size));
+}
+
 }  // namespace
 
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
@@ -75,15 +89,17 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
       vocab_(tokenizer ? structured::TokenVocab::from_tokenizer(*tokenizer, model.config().vocab_size) : nullptr),
       kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, kv_),
-      executor_(std::make_unique<InProcessExecutor>(
-          model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype}, vocab_,
-          make_speculation(config_.speculative, model, kv_.pool().num_blocks(), config_.block_size))),
+      executor_(make_executor(model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype},
+                              vocab_, config_.speculative)),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
   if (config_.kv_connector_factory) {
-    auto& runner = static_cast<InProcessExecutor&>(*executor_).runner();
-    connector_ = config_.kv_connector_factory(KvConnectorContext{runner.kv_storage(), model.config()});
+    // The connector reads and writes blocks of this process's KV storage; under TP every rank
+    // holds its own copy, which a pull into rank 0's would leave stale.
+    auto* in_process = dynamic_cast<InProcessExecutor*>(executor_.get());
+    if (!in_process) throw Error("--kv-transfer-config is not supported with tensor parallelism yet");
+    connector_ = config_.kv_connector_factory(KvConnectorContext{in_process->runner().kv_storage(), model.config()});
   }
   metrics_.set_kv_cache_info({config_.block_size, kv_.pool().num_blocks(),
                               std::string(kv_cache_dtype_name(config_.kv_cache_dtype)),

@@ -180,6 +180,7 @@ void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& 
     else attend_absorbed(d, w, layer, s, q.data(), scale, pool, attn.data());
   }
   matmul(pool, w.o, attn.data(), n_rows, out);
+  w.o_reduce(out, n_rows * w.o.rows);
 }
 
 }  // namespace kimi

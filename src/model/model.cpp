@@ -15,8 +15,9 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
     : dir_(dir),
       config_(ModelConfig::load(dir)),
       options_(options),
+      attention_config_(TensorParallel{options.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      weights_(load_weights(*checkpoint_, config_, options.quantization)),
+      weights_(load_weights(*checkpoint_, config_, options.quantization, TensorParallel{options.tensor_parallel.get()})),
       rope_(config_),
       pool_(options.num_threads) {}
 
@@ -56,22 +57,34 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
       if (batch.capture_hidden_layers[i] == layer) std::copy(x.begin(), x.end(), result.hidden_states.begin() + ptrdiff_t(i * x.size()));
   };
 
-  // Residual stream [n, hidden]: token embeddings, or the rows given in their place.
+  // Residual stream [n, hidden]: token embeddings, or the rows given in their place. Under
+  // tensor parallelism each rank may hold a slice of the vocabulary (model/weights.h): it fills
+  // the rows of its tokens, zeros the rest, and the sum over ranks completes every row.
+  Communicator* const tp = options_.tensor_parallel.get();
+  const bool vocab_split = weights_.embed.rows != c.vocab_size;
+  const int64_t first_token = vocab_split ? tp->rank() * weights_.embed.rows : 0;
   std::vector<float> x(static_cast<size_t>(n * D));
   {
     const size_t row_bytes = size_t(D) * dtype_size(weights_.embed.dtype);
     int64_t row = 0;
-    for (const ForwardSequence& s : seqs) {
+    for (const ForwardSequence& s : seqs)
       for (int32_t tok : s.tokens) {
         if (tok < 0 || tok >= c.vocab_size)
           throw Error("token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
                       std::to_string(c.vocab_size - 1) + ")");
-        const auto* src = static_cast<const std::byte*>(weights_.embed.data) + size_t(tok) * row_bytes;
-        convert_to_f32(weights_.embed.dtype, src, &x[size_t(row++ * D)], D);
+        const int64_t local = tok - first_token;
+        if (local >= 0 && local < weights_.embed.rows) {
+          const auto* src = static_cast<const std::byte*>(weights_.embed.data) + size_t(local) * row_bytes;
+          convert_to_f32(weights_.embed.dtype, src, &x[size_t(row * D)], D);
+        }
+        ++row;
       }
-      const int64_t first = row - int64_t(s.tokens.size());
+    if (vocab_split) tp->all_reduce_sum(x);
+    row = 0;
+    for (const ForwardSequence& s : seqs) {
       for (size_t i = 0; i < s.embedding_offsets.size(); ++i)
-        std::copy_n(s.embedding_values.begin() + ptrdiff_t(i * size_t(D)), D, &x[size_t((first + s.embedding_offsets[i]) * D)]);
+        std::copy_n(s.embedding_values.begin() + ptrdiff_t(i * size_t(D)), D, &x[size_t((row + s.embedding_offsets[i]) * D)]);
+      row += int64_t(s.tokens.size());
     }
   }
 
@@ -82,7 +95,7 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     rms_norm_to(x.data(), xn.data(), n, D, L.input_norm.data(), eps);
     {
       PhaseScope scope(times, l, Phase::Attention);
-      mla_attention(c, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
+      mla_attention(attention_config_, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
 
@@ -107,8 +120,19 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
   {
     PhaseScope scope(times, c.num_hidden_layers, Phase::LmHead);
     rms_norm(h.data(), result.logit_rows, D, D, weights_.final_norm.data(), eps);
-    result.logits.resize(static_cast<size_t>(result.logit_rows * c.vocab_size));
-    if (result.logit_rows > 0) matmul(pool_, weights_.lm_head, h.data(), result.logit_rows, result.logits.data());
+    const int64_t rows = result.logit_rows;
+    result.logits.resize(static_cast<size_t>(rows * c.vocab_size));
+    if (rows > 0 && weights_.lm_head.rows == c.vocab_size) {
+      matmul(pool_, weights_.lm_head, h.data(), rows, result.logits.data());
+    } else if (rows > 0) {  // this rank's vocabulary slice; the ranks' slices gathered side by side
+      const int64_t part = weights_.lm_head.rows;
+      std::vector<float> mine(static_cast<size_t>(rows * part)), all(result.logits.size());
+      matmul(pool_, weights_.lm_head, h.data(), rows, mine.data());
+      tp->all_gather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+      for (int64_t r = 0; r < tp->size(); ++r)
+        for (int64_t t = 0; t < rows; ++t)
+          std::copy_n(&all[size_t((r * rows + t) * part)], part, &result.logits[size_t(t * c.vocab_size + r * part)]);
+    }
   }
   if (times) {
     times->forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -16,6 +16,7 @@
 #include "model/phase_times.h"
 #include "model/rope.h"
 #include "model/weights.h"
+#include "parallel/communicator.h"
 
 namespace kimi {
 
@@ -23,6 +24,10 @@ struct ModelOptions {
   int num_threads = 0;  // <= 0: all hardware threads
   AttentionMode attention_mode = AttentionMode::Auto;
   QuantizationRequest quantization{};  // --quantization: as stored, or quantize float weights on load
+  // The tensor-parallel group this process is one rank of (--tensor-parallel-size): it loads and
+  // runs its shard of the weights (model/parallel_linear.h), and every rank of the group must
+  // run the same forward steps. nullptr: the whole model here.
+  std::shared_ptr<Communicator> tensor_parallel = nullptr;
 };
 
 // One sequence's part of a forward step. The contract with the cache: forward writes exactly the
@@ -64,6 +69,8 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   ThreadPool& pool() { return pool_; }
   int num_threads() const { return pool_.size(); }
+  // The tensor-parallel group this model is a shard of (null: the whole model).
+  const std::shared_ptr<Communicator>& tensor_parallel() const { return options_.tensor_parallel; }
   void set_attention_mode(AttentionMode m) { options_.attention_mode = m; }
   // Attaches (or, with nullptr, detaches) the accumulators forward() adds its phases' times to;
   // not owned, reset to this model's layer count here. For benchmarks (bench latency --breakdown).
@@ -83,6 +90,7 @@ class Model {
   std::filesystem::path dir_;
   ModelConfig config_;
   ModelOptions options_;
+  ModelConfig attention_config_;  // config_ with this rank's share of the attention heads
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings the weights point into
   ModelWeights weights_;
   Rope rope_;

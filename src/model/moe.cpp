@@ -18,6 +18,7 @@ void mlp_forward(const MlpWeights& w, const float* x, int64_t n, ThreadPool& poo
   matmul_batch(pool, gate_up);
   silu_mul(g.data(), u.data(), n * inter);
   matmul(pool, w.down, g.data(), n, out);
+  w.reduce(out, n * w.down.rows);
 }
 
 Routing route_tokens(const ModelConfig& c, const float* router_logits, int64_t n, const std::vector<float>& bias) {
@@ -172,6 +173,7 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
     }
     first = last;
   }
+  w.reduce(out, n * D);
 }
 
 }  // namespace kimi

@@ -26,9 +26,11 @@ struct ActiveWeights {
   }
 };
 
-// Binds decoder layer l's tensors (shapes from `shapes`), adding what a token reads to `active`.
+// Binds decoder layer l's tensors (shapes from `shapes`), split for tensor parallelism by `tp`
+// (row-parallel slices are copied into `shards`), adding what a token reads to `active`.
 LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
-                        const std::map<std::string, std::vector<int64_t>>& shapes, ActiveWeights& active) {
+                        const std::map<std::string, std::vector<int64_t>>& shapes, const TensorParallel& tp,
+                        OwnedWeightBuffers& shards, ActiveWeights& active) {
   auto shape_of = [&](const std::string& name) -> const std::vector<int64_t>& {
     auto it = shapes.find(name);
     if (it == shapes.end()) throw Error("internal: tensor '" + name + "' is not in the model layout");
@@ -45,10 +47,11 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
     return b.dense(name, s[0], s[1]);
   };
   auto mlp = [&](const std::string& prefix) {
-    return MlpWeights{linear(layer_tensor(c, l, prefix + "gate_proj.weight")),
-                      linear(layer_tensor(c, l, prefix + "up_proj.weight")),
-                      linear(layer_tensor(c, l, prefix + "down_proj.weight"))};
+    return MlpWeights{column_parallel(linear(layer_tensor(c, l, prefix + "gate_proj.weight")), tp),
+                      column_parallel(linear(layer_tensor(c, l, prefix + "up_proj.weight")), tp),
+                      row_parallel(linear(layer_tensor(c, l, prefix + "down_proj.weight")), tp, shards), {}};
   };
+  const RowParallelReduce reduce{tp.group};
   LayerWeights L;
   L.input_norm = vec(layer_tensor(c, l, "input_layernorm.weight"));
   L.post_attention_norm = vec(layer_tensor(c, l, "post_attention_layernorm.weight"));
@@ -56,23 +59,26 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   if (c.q_lora_rank > 0) {
     a.q_a = linear(layer_tensor(c, l, "self_attn.q_a_proj.weight"));
     a.q_a_norm = vec(layer_tensor(c, l, "self_attn.q_a_layernorm.weight"));
-    a.q_b = linear(layer_tensor(c, l, "self_attn.q_b_proj.weight"));
+    a.q_b = column_parallel(linear(layer_tensor(c, l, "self_attn.q_b_proj.weight")), tp, c.qk_head_dim());
     active.add(a.q_a);
     active.add(a.q_b);
   } else {
-    a.q_proj = linear(layer_tensor(c, l, "self_attn.q_proj.weight"));
+    a.q_proj = column_parallel(linear(layer_tensor(c, l, "self_attn.q_proj.weight")), tp, c.qk_head_dim());
     active.add(a.q_proj);
   }
   a.kv_a = linear(layer_tensor(c, l, "self_attn.kv_a_proj_with_mqa.weight"));
   a.kv_a_norm = vec(layer_tensor(c, l, "self_attn.kv_a_layernorm.weight"));
-  a.kv_b = linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true);
-  a.o = linear(layer_tensor(c, l, "self_attn.o_proj.weight"));
+  a.kv_b = column_parallel(linear(layer_tensor(c, l, "self_attn.kv_b_proj.weight"), /*need_float=*/true), tp,
+                           c.qk_nope_head_dim + c.v_head_dim);
+  a.o = row_parallel(linear(layer_tensor(c, l, "self_attn.o_proj.weight")), tp, shards);
+  a.o_reduce = reduce;
   active.add(a.kv_a);
   active.add(a.kv_b);
   active.add(a.o);
 
   if (!c.is_moe_layer(l)) {
     L.dense = mlp("mlp.");
+    L.dense->reduce = reduce;
     active.add(*L.dense);
     return L;
   }
@@ -81,6 +87,7 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
   for (int64_t e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + "."));
   if (c.n_shared_experts > 0) m.shared = mlp("mlp.shared_experts.");
+  m.reduce = reduce;
   active.add(m.router);
   active.add(m.experts[0], c.num_experts_per_tok);
   if (m.shared) active.add(*m.shared);
@@ -95,12 +102,16 @@ LayerWeights load_layer_weights(WeightBinder& b, const ModelConfig& c, int64_t l
   std::map<std::string, std::vector<int64_t>> shapes;
   for (auto& t : layout) shapes.emplace(t.name, t.shape);
   ActiveWeights unused;
-  return bind_layer(b, c, layer, shapes, unused);
+  OwnedWeightBuffers no_shards;  // one whole layer (TP size 1): nothing is sliced
+  return bind_layer(b, c, layer, shapes, TensorParallel{}, no_shards, unused);
 }
 
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant) {
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const QuantizationRequest& quant,
+                          const TensorParallel& tp) {
+  tp.check(c);
   WeightBinder b(ckpt, c, quant);
   ModelWeights w;
+  OwnedWeightBuffers shards;  // row-parallel slices (copied columns)
   // Shapes come from the one layout table, so the loader and make-model cannot drift apart.
   // (MTP layers, model.layers.<num_hidden_layers>..., are not in it: the target never reads them.)
   std::map<std::string, std::vector<int64_t>> shapes;
@@ -119,18 +130,26 @@ ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& c, const Qu
     const auto& s = shape_of(name);
     return b.dense(name, s[0], s[1]);
   };
+  // The vocabulary is split too when it divides evenly (ParallelEmbedding, and an lm_head whose
+  // logits are gathered); otherwise both stay whole on every rank.
+  const bool vocab_split = tp.size() > 1 && c.vocab_size % tp.size() == 0;
   w.embed = dense(model_tensor(c, "embed_tokens.weight"));
+  if (vocab_split) w.embed = column_parallel(w.embed, tp);
   ActiveWeights active;
   w.layers.reserve(size_t(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) w.layers.push_back(bind_layer(b, c, l, shapes, active));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    w.layers.push_back(bind_layer(b, c, l, shapes, tp, shards, active));
   w.final_norm = vec(model_tensor(c, "norm.weight"));
-  w.lm_head = c.tie_word_embeddings ? w.embed : linear(lm_head_tensor(c));
+  w.lm_head = c.tie_word_embeddings ? w.embed
+              : vocab_split           ? column_parallel(linear(lm_head_tensor(c)), tp)
+                                      : linear(lm_head_tensor(c));
   active.add(w.lm_head);
   w.active_bytes_per_token = active.bytes;
   w.active_params_per_token = active.params;
   w.total_bytes = b.total_bytes();
   w.storage = b.storage_summary();
   w.buffers = b.take_buffers();
+  for (auto& s : shards) w.buffers.push_back(std::move(s));
   return w;
 }
 

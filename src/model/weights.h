@@ -8,12 +8,14 @@
 #include "format/checkpoint.h"
 #include "format/model_config.h"
 #include "kernels/matmul.h"
+#include "model/parallel_linear.h"
 #include "model/weight_binder.h"
 
 namespace kimi {
 
 struct MlpWeights {  // SwiGLU: down(silu(gate(x)) * up(x))
-  WeightMatrix gate, up, down;
+  WeightMatrix gate, up, down;  // under TP: gate / up column-, down row-parallel
+  RowParallelReduce reduce{};   // a dense MLP sums its own output; experts leave it to the MoE
 };
 
 struct AttentionWeights {  // multi-head latent attention
@@ -23,7 +25,8 @@ struct AttentionWeights {  // multi-head latent attention
   WeightMatrix kv_a;       // [kv_lora_rank + qk_rope_head_dim, hidden]: latent first, rope key last
   std::vector<float> kv_a_norm;
   WeightMatrix kv_b;       // [heads * (qk_nope + v), kv_lora_rank]: per head, key rows then value rows
-  WeightMatrix o;
+  WeightMatrix o;           // under TP q_b / q_proj and kv_b hold this rank's heads, o their columns
+  RowParallelReduce o_reduce;
 };
 
 struct MoeWeights {
@@ -31,6 +34,7 @@ struct MoeWeights {
   std::vector<float> correction_bias;   // noaux_tc selection bias; empty otherwise
   std::vector<MlpWeights> experts;
   std::optional<MlpWeights> shared;
+  RowParallelReduce reduce;  // one sum over the TP group for the routed and shared experts together
 };
 
 struct LayerWeights {
@@ -57,7 +61,11 @@ struct ModelWeights {
 // Binds every tensor of text_model_layout(config), checking its shape; errors name the shard
 // file and the tensor. Quantized checkpoints (model/weight_binder.h) load as stored, and float
 // ones are quantized on load when `quant` asks. The checkpoint must outlive the returned weights.
-ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {});
+// With a TP group the weights are this rank's shard (model/parallel_linear.h): attention by head,
+// MLPs and every expert by intermediate width, embedding and lm_head by vocabulary (when it
+// divides evenly; whole otherwise); router, norms and the MLA down-projections replicated.
+ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {},
+                          const TensorParallel& tp = {});
 
 // Binds one decoder layer's tensors, model.layers.<layer>.* (the dense MLP or the MoE that
 // config.is_moe_layer(layer) says), through `binder`; an MTP layer's block (layer =

@@ -1,0 +1,19 @@
+#pragma once
+// Bytes for what rank 0 sends its tensor-parallel workers each step: the SchedulerOutput (plain
+// data already, see engine/scheduler_output.h) in a little-endian length-prefixed encoding of
+// our own. A worker runs the same forward on its shard and drops its samples, so the sampling
+// settings travel only as far as they shape the step (penalties, logprobs, seeds); stop strings
+// and structured-output specs stay with rank 0.
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "engine/scheduler_output.h"
+
+namespace kimi {
+
+std::vector<std::byte> encode_step(const SchedulerOutput& so);
+// Throws kimi::Error on bytes that are not a whole encoded step.
+SchedulerOutput decode_step(std::span<const std::byte> bytes);
+
+}  // namespace kimi

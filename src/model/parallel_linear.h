@@ -1,0 +1,41 @@
+#pragma once
+// Tensor parallelism as layer types (DeepSeek-V3's ColumnParallelLinear / RowParallelLinear):
+// a column-parallel linear keeps this rank's share of the output rows (a row slice of the
+// mapped weight, read in place); a row-parallel one keeps this rank's share of the input
+// columns, and its partial outputs are summed over the group by the RowParallelReduce that the
+// owning layer (attention's o_proj, a dense MLP, a whole MoE block) holds. With no group every
+// piece is the identity, so the forward pass is the same code at any TP size.
+#include <cstdint>
+
+#include "format/model_config.h"
+#include "kernels/matmul.h"
+#include "model/weight_binder.h"
+#include "parallel/communicator.h"
+
+namespace kimi {
+
+struct TensorParallel {
+  Communicator* group = nullptr;  // not owned; nullptr: a single rank
+  int rank() const { return group ? group->rank() : 0; }
+  int size() const { return group ? group->size() : 1; }
+  // Throws kimi::Error unless heads and MLP / expert widths divide evenly over the ranks.
+  void check(const ModelConfig& c) const;
+  // The config this rank's attention runs with: num_attention_heads / size() heads.
+  ModelConfig attention_shard(const ModelConfig& c) const;
+};
+
+// Rows [rank * rows / size, ...) in units of `unit` rows (one head's rows for q_b / kv_b).
+WeightMatrix column_parallel(const WeightMatrix& w, const TensorParallel& tp, int64_t unit = 1);
+// Columns [rank * cols / size, ...), copied (the kernels want contiguous rows) into `owned`.
+// Integer formats keep whole quantization groups; a split inside a group is refused.
+WeightMatrix row_parallel(const WeightMatrix& w, const TensorParallel& tp, OwnedWeightBuffers& owned);
+
+// Sums a row-parallel layer's partial outputs over the group (nothing alone).
+struct RowParallelReduce {
+  Communicator* group = nullptr;
+  void operator()(float* y, int64_t count) const {
+    if (group && group->size() > 1) group->all_reduce_sum({y, size_t(count)});
+  }
+};
+
+}  // namespace kimi

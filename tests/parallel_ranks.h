@@ -1,0 +1,64 @@
+#pragma once
+// Runs a test's ranks as forked child processes (127.0.0.1 only, bounded in time): each child
+// runs the given function and leaves with its return value as exit status, never returning into
+// GoogleTest. A child still running at the deadline is killed and reported as -1.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+
+namespace kimi::test {
+
+inline std::vector<int> run_ranks(int n, const std::function<int(int rank)>& body,
+                                  std::chrono::seconds limit = std::chrono::seconds(60)) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int rc = 100;
+      try {
+        rc = body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        rc = 101;
+      }
+      std::fflush(nullptr);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(size_t(n), -2);
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (codes[size_t(r)] != -2) continue;
+      int status = 0;
+      if (waitpid(pids[size_t(r)], &status, WNOHANG) == pids[size_t(r)]) {
+        codes[size_t(r)] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        --left;
+      }
+    }
+    if (left > 0 && std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r)
+        if (codes[size_t(r)] == -2) {
+          kill(pids[size_t(r)], SIGKILL);
+          waitpid(pids[size_t(r)], nullptr, 0);
+          codes[size_t(r)] = -1;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return codes;
+}
+
+}  // namespace kimi::test

@@ -1,0 +1,139 @@
+// `kimi generate -tp 2` (two local processes over 127.0.0.1) against one process, and the
+// parallel flags that are not built yet being refused.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "parallel/socket.h"
+#include "parallel/tcp_store.h"
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+test::CmdResult run_bounded(const std::string& args, const std::string& redirect) {
+  const std::string cmd = "timeout -s KILL 120 " + std::string(KIMI_BINARY) + " " + args + " " + redirect;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+int free_port() {
+  TcpStoreServer probe("127.0.0.1", 0);
+  return probe.port();
+}
+
+TEST(ParallelCli, GenerateWithTwoTensorParallelRanksGivesTheTokensOfOne) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  const std::string base = "generate --model " + model.string() +
+                           " --prompt-ids 5,17,300,42,1000 --max-tokens 12 --ignore-eos --json --threads 1";
+  const auto one = run_bounded(base, "2>/dev/null");
+  ASSERT_EQ(one.status, 0) << one.out;
+  const auto two = run_bounded(base + " -tp 2 --data-parallel-rpc-port " + std::to_string(free_port()), "2>&1");
+  ASSERT_EQ(two.status, 0) << two.out;
+  const auto tokens = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.rfind("{\"")))["tokens"].get<std::vector<int>>();
+  };
+  EXPECT_EQ(tokens(two.out), tokens(one.out));
+  EXPECT_EQ(tokens(one.out).size(), 12u);
+}
+
+TEST(ParallelCli, FlagsNotBuiltYetAreRefused) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  const std::string base = "generate --model " + model.string() + " --prompt-ids 5,17 --max-tokens 1 ";
+  for (const std::string flags : {"-dp 2", "--data-parallel-size=2", "--enable-expert-parallel", "--headless",
+                                  "--data-parallel-size 2 --data-parallel-start-rank 1"}) {
+    const auto r = run_bounded(base + flags, "2>&1");
+    EXPECT_NE(r.status, 0) << flags;
+    EXPECT_NE(r.out.find("not supported yet"), std::string::npos) << flags << ": " << r.out;
+  }
+  const auto bad = run_bounded(base + "-tp 0", "2>&1");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("--tensor-parallel-size"), std::string::npos) << bad.out;
+}
+
+}  // namespace
+}  // namespace kimi
+
+namespace kimi {
+namespace {
+
+// `kimi serve -tp 2`, its worker rank killed: the server reports the lost rank and exits non-zero
+// in bounded time, without waiting for a request to notice.
+TEST(ParallelCli, ServerExitsWhenAWorkerRankIsKilled) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  const int port = free_port(), rpc = free_port();
+  const auto log = dir.path() / "serve.log";
+  std::fflush(nullptr);
+  const pid_t server = fork();
+  if (server == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stderr);
+    if (!f || dup2(fileno(stderr), 1) < 0) _exit(126);
+    const std::string ports[] = {std::to_string(port), std::to_string(rpc)};
+    execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "-tp", "2", "--port", ports[0].c_str(),
+          "--data-parallel-rpc-port", ports[1].c_str(), "--threads", "1", "--kv-cache-memory", "16000000", "--max-model-len", "512",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(server, 0);
+  // Ready once the HTTP port accepts (the ranks have joined and loaded by then).
+  bool up = false;
+  int early = 0;
+  for (const auto until = net::Clock::now() + std::chrono::seconds(60); !up && net::Clock::now() < until;) {
+    if (waitpid(server, &early, WNOHANG) == server) break;  // it failed to start: see the log
+    try {
+      net::Socket::connect("127.0.0.1", port, net::Clock::now() + std::chrono::milliseconds(200));
+      up = true;
+    } catch (const Error&) {
+    }
+  }
+  const auto slurp = [&] {
+    std::ifstream f(log);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  if (!up) {
+    kill(server, SIGKILL);
+    waitpid(server, nullptr, WNOHANG);
+    FAIL() << "server did not come up:\n" << slurp();
+  }
+  std::ifstream children("/proc/" + std::to_string(server) + "/task/" + std::to_string(server) + "/children");
+  pid_t worker = 0;
+  children >> worker;
+  ASSERT_GT(worker, 0) << "no worker rank under the server";
+  kill(worker, SIGKILL);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(server, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+      kill(server, SIGKILL);
+      waitpid(server, nullptr, 0);
+      FAIL() << "server still running 20 s after its worker rank died:\n" << slurp();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << slurp();
+  EXPECT_NE(slurp().find("tensor-parallel rank 1"), std::string::npos) << slurp();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+}  // namespace
+}  // namespace kimi
