@@ -48,13 +48,7 @@ class EngineTest : public test::TinyModelTest {
     for (auto& t : p) t = int32_t(rng.next_u64() % 1024);  // ordinary tokens
     return p;
   }
-  static SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  }
+  static SamplingParams greedy(int64_t max_tokens) { return test::greedy(max_tokens); }
 
   std::vector<std::unique_ptr<Engine>> owned_;
   std::vector<Engine*> engines_;

@@ -121,13 +121,7 @@ class KvTransferTest : public test::TinyModelTest {
     for (auto& t : p) t = int32_t(rng.next_u64() % 1024);
     return p;
   }
-  static SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  }
+  static SamplingParams greedy(int64_t max_tokens) { return test::greedy(max_tokens); }
 
   struct Result {
     std::vector<int32_t> tokens;

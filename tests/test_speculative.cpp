@@ -57,13 +57,7 @@ class SpeculativeTest : public ::testing::Test {
     return out;
   }
 
-  static SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  }
+  static SamplingParams greedy(int64_t max_tokens) { return test::greedy(max_tokens); }
 
   static std::vector<std::vector<int32_t>> run(Engine& e, const std::vector<std::vector<int32_t>>& ps,
                                                const SamplingParams& sp) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "engine/sampling_params.h"
 #include "model/model.h"
 #include "modelgen/make_model.h"
 #include "server/api_error.h"
@@ -40,6 +41,15 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// Greedy sampling of exactly max_tokens tokens (EOS ignored), as the engine tests compare runs.
+inline SamplingParams greedy(int64_t max_tokens) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
 
 // Writes the tiny preset (as `kimi make-model DIR --preset tiny`) into dir/name and returns it.
 inline std::filesystem::path make_tiny_model(const TempDir& dir, const std::string& name = "tiny",

@@ -44,13 +44,13 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
 }
 
 // KV bytes per token: the target's, plus a draft model's own cache when one speculates.
-int64_t kv_bytes_per_token(const EngineConfig& c, const ModelConfig& mc) {
-  return int64_t(KvStorage::bytes_per_token(mc, c.kv_cache_dtype)) + spec::proposer_kv_bytes_per_token(c.speculative, mc);
+int64_t kv_bytes_per_token(const EngineConfig& c, const ModelConfig& mc, int64_t draft_bytes_per_token) {
+  return int64_t(KvStorage::bytes_per_token(mc, c.kv_cache_dtype)) + draft_bytes_per_token;
 }
 
-int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc) {
+int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc, int64_t draft_bytes_per_token) {
   const size_t per_block = KvStorage::bytes_per_block(mc, c.block_size, c.kv_cache_dtype) +
-                           size_t(spec::proposer_kv_bytes_per_token(c.speculative, mc) * c.block_size);
+                           size_t(draft_bytes_per_token * c.block_size);
   const int64_t blocks = c.num_kv_blocks_override > 0 ? c.num_kv_blocks_override : int64_t(c.kv_cache_bytes / per_block);
   const int64_t needed = (c.scheduler.max_model_len + c.block_size - 1) / c.block_size;
   if (blocks < needed)
@@ -86,8 +86,9 @@ std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
     : model_(model),
       config_(resolve(config, model.config())),
+      draft_kv_bytes_per_token_(spec::proposer_kv_bytes_per_token(config_.speculative, model.config())),
       vocab_(tokenizer ? structured::TokenVocab::from_tokenizer(*tokenizer, model.config().vocab_size) : nullptr),
-      kv_(num_blocks_for(config_, model.config()), config_.block_size, config_.enable_prefix_caching),
+      kv_(num_blocks_for(config_, model.config(), draft_kv_bytes_per_token_), config_.block_size, config_.enable_prefix_caching),
       scheduler_(config_.scheduler, kv_),
       executor_(make_executor(model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype},
                               vocab_, config_.speculative)),
@@ -103,7 +104,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
   }
   metrics_.set_kv_cache_info({config_.block_size, kv_.pool().num_blocks(),
                               std::string(kv_cache_dtype_name(config_.kv_cache_dtype)),
-                              kv_bytes_per_token(config_, model.config())});
+                              kv_bytes_per_token(config_, model.config(), draft_kv_bytes_per_token_)});
 }
 
 Engine::~Engine() {

@@ -110,6 +110,7 @@ class Engine {
 
   Model& model_;
   EngineConfig config_;
+  int64_t draft_kv_bytes_per_token_;  // a draft model's own KV per token (read once from its config)
   std::vector<int32_t> eos_ids_;
   std::shared_ptr<const structured::TokenVocab> vocab_;  // null without a tokenizer
   KvCacheManager kv_;

@@ -155,19 +155,25 @@ void ModelRunner::propose(const SchedulerOutput& so, const ForwardResult& fr, co
     const ScheduledRequest& s = so.scheduled[i];
     const RequestState& st = states_.at(s.request_id);
     const int64_t n_fwd = int64_t(s.token_ids.size() + s.draft_token_ids.size()), n = verified[i];
-    // The verified rows of this request in each of the proposer's layers (rejected drafts dropped).
-    hidden[i].resize(size_t(int64_t(L) * n * D));
-    for (size_t l = 0; l < L; ++l) {
-      const auto first = fr.hidden_states.begin() + ptrdiff_t((int64_t(own_layers + l) * fr.num_tokens + token_row) * D);
-      std::copy(first, first + ptrdiff_t(n * D), hidden[i].begin() + ptrdiff_t(int64_t(l) * n * D));
+    // The verified rows of this request in each of the proposer's layers (rejected drafts dropped):
+    // with one layer (MTP) they are already contiguous in the capture; several (Eagle3) are gathered.
+    spec::ProposeRequest& p = requests[i];
+    auto rows_of = [&](size_t l) {
+      return fr.hidden_states.begin() + ptrdiff_t((int64_t(own_layers + l) * fr.num_tokens + token_row) * D);
+    };
+    if (L == 1) {
+      p.hidden_states = std::span<const float>(fr.hidden_states).subspan(size_t(rows_of(0) - fr.hidden_states.begin()), size_t(n * D));
+    } else if (L > 1) {
+      hidden[i].resize(size_t(int64_t(L) * n * D));
+      for (size_t l = 0; l < L; ++l)
+        std::copy(rows_of(l), rows_of(l) + ptrdiff_t(n * D), hidden[i].begin() + ptrdiff_t(int64_t(l) * n * D));
+      p.hidden_states = hidden[i];
     }
     token_row += n_fwd;
-    spec::ProposeRequest& p = requests[i];
     p.request_id = s.request_id;
     p.tokens = st.tokens;
     p.first_position = s.num_computed_tokens;
     p.num_positions = n;
-    p.hidden_states = hidden[i];
     p.block_ids = s.block_ids;
     if (drafting && s.sample) {
       // Draft j (from 0) is written at position last + j by a draft model: keep within the table.
