@@ -45,11 +45,21 @@ TEST(ParallelCli, GenerateWithTwoTensorParallelRanksGivesTheTokensOfOne) {
   ASSERT_EQ(one.status, 0) << one.out;
   const auto two = run_bounded(base + " -tp 2 --data-parallel-rpc-port " + std::to_string(free_port()), "2>&1");
   ASSERT_EQ(two.status, 0) << two.out;
-  const auto tokens = [](const std::string& out) {
-    return nlohmann::json::parse(out.substr(out.rfind("{\"")))["tokens"].get<std::vector<int>>();
+  // The --json line is the last one that opens an object (the tp run's stderr comes before it).
+  const auto result = [](const std::string& out) {
+    const size_t line = out.rfind("\n{");
+    return nlohmann::json::parse(out.substr(line == std::string::npos ? out.find('{') : line + 1));
   };
+  const auto tokens = [&](const std::string& out) { return result(out)["tokens"].get<std::vector<int>>(); };
   EXPECT_EQ(tokens(two.out), tokens(one.out));
   EXPECT_EQ(tokens(one.out).size(), 12u);
+  // Rank 0 counted its collectives: all-reduces every layer, the step broadcasts.
+  const auto tp = result(two.out)["tensor_parallel"];
+  EXPECT_EQ(tp["size"], 2) << two.out;
+  EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << two.out;
+  EXPECT_GT(tp["all_reduce"]["bytes"].get<int64_t>(), 0) << two.out;
+  EXPECT_GT(tp["broadcast"]["calls"].get<int64_t>(), 0) << two.out;
+  EXPECT_FALSE(result(one.out).contains("tensor_parallel"));
 }
 
 TEST(ParallelCli, FlagsNotBuiltYetAreRefused) {
