@@ -17,14 +17,15 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-# Starts `kimi serve MODEL ARGS...` in the background; prints its port once it listens.
+# serve LOG VAR ARGS...: starts `kimi serve MODEL ARGS...` in the background and sets VAR to its
+# port once it listens (no command substitution: the server would hold its pipe open).
 serve() {
-  local log=$1; shift
-  "$kimi" serve "$model" --host 127.0.0.1 --port 0 --max-model-len 2048 "$@" 2>"$log" &
+  local log=$1 var=$2 port=""; shift 2
+  "$kimi" serve "$model" --host 127.0.0.1 --port 0 --max-model-len 2048 "$@" >/dev/null 2>"$log" &
   pids+=($!)
   for _ in $(seq 600); do
     port=$(grep -o 'on http://127.0.0.1:[0-9]*' "$log" | head -1 | sed 's/.*://') || true
-    [ -n "$port" ] && { echo "$port"; return; }
+    [ -n "$port" ] && { printf -v "$var" '%s' "$port"; return; }
     sleep 0.2
   done
   echo "kimi serve did not start: $(cat "$log")" >&2
@@ -40,17 +41,17 @@ load() {  # load PORT LABEL
 }
 
 echo "single instance: $threads threads"
-single=$(serve "$out/single.log" --threads "$threads")
+serve "$out/single.log" single --threads "$threads"
 load "$single" single
 cleanup; pids=()
 
 echo "1P1D behind kimi proxy: $half thread(s) each"
-prod=$(serve "$out/prefill.log" --threads "$half" \
-  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0}')
-cons=$(serve "$out/decode.log" --threads "$half" \
-  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}')
+serve "$out/prefill.log" prod --threads "$half" \
+  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0}'
+serve "$out/decode.log" cons --threads "$half" \
+  --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'
 "$kimi" proxy --host 127.0.0.1 --port 0 --prefiller-hosts 127.0.0.1 --prefiller-ports "$prod" \
-  --decoder-hosts 127.0.0.1 --decoder-ports "$cons" 2>"$out/proxy.log" &
+  --decoder-hosts 127.0.0.1 --decoder-ports "$cons" >/dev/null 2>"$out/proxy.log" &
 pids+=($!)
 proxy=""
 for _ in $(seq 100); do

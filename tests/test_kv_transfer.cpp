@@ -441,6 +441,32 @@ TEST_F(KvTransferTest, RequestsWithoutAConnectorAreRefused) {
   EXPECT_EQ(run(d, "c").tokens.size(), 2u);
 }
 
+TEST_F(KvTransferTest, SeveralSequencesOrPromptLogprobsAreServedWithoutTheTransfer) {
+  // n > 1 and prompt logprobs need what a transfer skips (several sequences, the prompt's logits):
+  // such requests run as if no kv_transfer_params came, on both sides, with nothing held.
+  Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
+  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")));
+  const auto tokens = prompt(7, 13);
+  const KvTransferParams kv = prefill(p, "ok", tokens);  // a real hold, which the others must not pull
+  SamplingParams two = greedy(1);
+  two.n = 2;
+  two.kv_transfer_params = to_decode_remotely();
+  p.add_request("two", tokens, two);
+  EXPECT_FALSE(run(p, "two").kv.has_value());
+  EXPECT_EQ(ucx(p).held().size(), 1);  // only "ok"'s
+  SamplingParams with_logprobs = greedy(3);
+  with_logprobs.prompt_logprobs = 1;
+  with_logprobs.kv_transfer_params = kv;
+  d.add_request("lp", tokens, with_logprobs);
+  const Result got = run(d, "lp");
+  EXPECT_EQ(got.error, "");
+  EXPECT_EQ(got.tokens.size(), 3u);
+  EXPECT_EQ(ucx(d).bytes_pulled(), 0);
+  EXPECT_EQ(d.metrics().snapshot().kv_transfer_loads, 0u);
+  EXPECT_EQ(decode(d, "ok", tokens, kv, 3).tokens, got.tokens);  // the same answer pulled
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+}
+
 TEST_F(KvTransferTest, AsyncEngineWakesForLoadsAndReleases) {
   Engine& single = engine(config(KvCacheDtype::BFloat16));
   const auto tokens = prompt(9, 22);

@@ -69,6 +69,15 @@ SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model
   return setup;
 }
 
+// Whether a request's kv_transfer_params take effect. A transfer moves one sequence's prompt KV
+// and skips the prompt's logits, so n > 1 and prompt logprobs (echo with logprobs) are served
+// as if none came: the producer holds nothing and answers no kv_transfer_params, and the decode
+// side computes the prompt itself (vLLM's proxy then sends the decode request without them).
+bool kv_transfer_applies(const SamplingParams& p) {
+  const auto& kt = p.kv_transfer_params;
+  return kt && (kt->do_remote_decode || kt->do_remote_prefill) && p.n == 1 && !p.prompt_logprobs;
+}
+
 // In this process, or with tensor parallelism over the model's TP group (engine/tp_executor.h).
 std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
                                         std::shared_ptr<const structured::TokenVocab> vocab,
@@ -151,8 +160,7 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
                 " tokens. However, your request has " + std::to_string(len) +
                 " input tokens. Please reduce the length of the input.");
   params.validate(c.vocab_size);
-  if (const auto& kt = params.kv_transfer_params; kt && (kt->do_remote_decode || kt->do_remote_prefill)) {
-    if (params.n != 1) throw ParamError("kv_transfer_params", "kv_transfer_params needs n = 1");
+  if (const auto& kt = params.kv_transfer_params; kt && kv_transfer_applies(params)) {
     if (kt->do_remote_decode && (!connector_ || !connector_->is_producer()))
       throw ParamError("kv_transfer_params",
                        "do_remote_decode needs a server started with --kv-transfer-config and kv_role kv_producer or kv_both");
@@ -181,6 +189,7 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
 
 void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params, int priority) {
   validate(prompt, params);
+  if (!kv_transfer_applies(params)) params.kv_transfer_params.reset();
   if (children_.count(id)) throw Error("a request with id '" + id + "' is already running");
   // Never generate past the context window.
   params.max_tokens = std::min<int64_t>(params.max_tokens, max_model_len() - int64_t(prompt.size()));
