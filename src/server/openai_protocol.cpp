@@ -316,8 +316,10 @@ ApiRequest parse_completion_request(const ojson& body) {
   if (f.has("suffix")) throw ApiError(400, "'suffix' is not supported", "suffix");
   if (f.has("best_of") && f.integer("best_of", 1, 1, kInt32Max) != r.params.n)
     throw ApiError(400, "'best_of' other than n is not supported", "best_of");
-  if (const auto& kt = r.params.kv_transfer_params; kt && (kt->do_remote_decode || kt->do_remote_prefill) && r.prompts.size() != 1)
-    throw ApiError(400, "kv_transfer_params needs a single prompt", "kv_transfer_params");
+  // A transfer carries one prompt's KV: a batch of prompts is served without it (the producer
+  // holds nothing and answers no kv_transfer_params; the decode side computes each prompt), as
+  // for n > 1 in the engine, so a proxy's request never fails for asking.
+  if (r.prompts.size() != 1) r.params.kv_transfer_params.reset();
   return r;
 }
 

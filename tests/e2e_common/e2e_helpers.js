@@ -48,19 +48,23 @@ async function expectStatus(promise, status) {
 async function startServer(kimi, dir, args) {
   const model = path.join(dir, 'tiny');
   if (!fs.existsSync(model)) execFileSync(kimi, ['make-model', model, '--preset', 'tiny']);
-  const proc = spawn(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+  return startProcess(kimi, ['serve', model, '--host', '127.0.0.1', '--port', '0', ...args]);
+}
+
+// `kimi ARGS...` (serve or proxy), once its start-up line names its port on 127.0.0.1.
+async function startProcess(kimi, args) {
+  const proc = spawn(kimi, args, { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('server did not start: ' + log)), 60000);
+    const timer = setTimeout(() => reject(new Error(args[0] + ' did not start: ' + log)), 60000);
     proc.stderr.on('data', (d) => {
       log += d.toString();
       const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
       if (m) { clearTimeout(timer); resolve(Number(m[1])); }
     });
-    proc.on('exit', (code) => reject(new Error('server exited with ' + code + ': ' + log)));
+    proc.on('exit', (code) => reject(new Error(args[0] + ' exited with ' + code + ': ' + log)));
   });
   return { proc, port, base: `http://127.0.0.1:${port}`, log: () => log };
 }
 
-module.exports = { results, assert, eq, check, summary, expectStatus, startServer };
+module.exports = { results, assert, eq, check, summary, expectStatus, startServer, startProcess };

@@ -1,5 +1,8 @@
 // End to end: `kimi serve` on the tiny model, driven by the official OpenAI SDK and raw HTTP.
 // Every check throws on failure; the last line is "N passed, 0 failed" when all pass.
+// With --disagg the same checks run against `kimi proxy` in front of a producer and a consumer
+// (1P1D, KV over UCX); what the proxy does not route (/tokenize, /health, /metrics) and the
+// drain on SIGTERM go to the decode instance behind it.
 'use strict';
 const { execFileSync } = require('child_process');
 const fs = require('fs');
@@ -14,6 +17,7 @@ const kimi = process.argv[2];
 // With --eagle3 every server runs speculative decoding with an Eagle3 draft for the tiny model
 // (`kimi make-model --draft eagle3`): every check must pass as without it.
 const eagle3 = process.argv.includes('--eagle3');
+const disagg = process.argv.includes('--disagg');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-e2e-'));
 
 // `kimi serve` on the tiny model, as tiny and kimi-tiny, behind --api-key secret.
@@ -24,8 +28,22 @@ function startServer(extraArgs) {
     if (!fs.existsSync(draft)) execFileSync(kimi, ['make-model', draft, '--preset', 'tiny', '--draft', 'eagle3']);
     speculative.push('--speculative-config', JSON.stringify({ method: 'eagle3', model: draft, num_speculative_tokens: 3 }));
   }
-  return e2e.startServer(kimi, dir, ['--served-model-name', 'tiny,kimi-tiny', '--max-model-len', '512', '--api-key', 'secret',
-    ...speculative, ...extraArgs]);
+  const args = ['--served-model-name', 'tiny,kimi-tiny', '--max-model-len', '512', '--api-key', 'secret',
+    ...speculative, ...extraArgs];
+  return disagg ? startDisaggregated(args) : e2e.startServer(kimi, dir, args);
+}
+
+// A producer and a consumer `kimi serve` with ARGS and `kimi proxy` in front. The object is the
+// proxy's, with `instance` the decode instance and `procs` every process.
+async function startDisaggregated(args) {
+  const kv = (role) => ['--kv-transfer-config', JSON.stringify({ kv_connector: 'NixlConnector', kv_role: role,
+    kv_ip: '127.0.0.1', kv_port: 0 })];
+  const prefill = await e2e.startServer(kimi, dir, [...args, ...kv('kv_producer')]);
+  const decode = await e2e.startServer(kimi, dir, [...args, ...kv('kv_consumer')]);
+  const proxy = await e2e.startProcess(kimi, ['proxy', '--host', '127.0.0.1', '--port', '0',
+    '--prefiller-hosts', '127.0.0.1', '--prefiller-ports', String(prefill.port),
+    '--decoder-hosts', '127.0.0.1', '--decoder-ports', String(decode.port)]);
+  return { ...proxy, instance: decode, procs: [prefill.proc, decode.proc, proxy.proc] };
 }
 
 async function raw(base, route, body, headers = {}) {
@@ -45,6 +63,8 @@ async function metric(base, name) {
 async function main() {
   const server = await startServer(['--reasoning-parser', 'kimi_k2', '--tool-call-parser', 'kimi_k2',
     '--enable-auto-tool-choice', '--trust-remote-code']);
+  // The instance itself: the server, or with --disagg the decode instance behind the proxy.
+  const instance = server.instance || server;
   const client = new OpenAI({ baseURL: server.base + '/v1', apiKey: 'secret', maxRetries: 0 });
 
   await check('models list', async () => {
@@ -80,7 +100,7 @@ async function main() {
   await check('hostile request bodies (issue 19)', async () => {
     const deep = '{"x":' + '['.repeat(100000) + ']'.repeat(100000) + ',"y":1}';
     for (const route of ['/tokenize', '/v1/completions', '/v1/chat/completions']) {
-      const r = await raw(server.base, route, deep);
+      const r = await raw(route === '/tokenize' ? instance.base : server.base, route, deep);
       assert(r.status === 400 && r.json.error.message.includes('levels deep'), route + ': ' + r.status);
     }
     let r = await raw(server.base, '/v1/completions', '{"model":"tiny","prompt":[4294967301],"max_tokens":1}');
@@ -94,7 +114,7 @@ async function main() {
     r = await raw(server.base, '/v1/chat/completions', { model: 'tiny', messages: [{ role: 'user', content: [
       { type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: 'file:///etc/passwd' } }] }] });
     assert(r.status === 400 && r.json.error.message.includes('text only'), 'media part: ' + JSON.stringify(r.json));
-    const health = await fetch(server.base + '/health');
+    const health = await fetch(instance.base + '/health');
     assert(health.status === 200, 'still serving');
   });
 
@@ -147,21 +167,30 @@ async function main() {
     const m = r.choices[0].message;
     assert(Array.isArray(m.tool_calls), 'tool_calls is a list');
     assert(['length', 'stop', 'tool_calls'].includes(r.choices[0].finish_reason), r.choices[0].finish_reason);
-    const tok = await raw(server.base, '/tokenize', { model: 'tiny', messages: [{ role: 'user', content: 'Hi' }], tools });
+    const tok = await raw(instance.base, '/tokenize', { model: 'tiny', messages: [{ role: 'user', content: 'Hi' }], tools });
     assert(tok.status === 200 && tok.json.count > 10, 'tokenize renders the tool declaration');
   });
 
+  if (disagg) {
+    await check("the decode instance pulled the prompts' KV from the prefill instance", async () => {
+      const loads = await metric(instance.base, 'kimi:kv_transfer_loads_total');
+      const failures = await metric(instance.base, 'kimi:kv_transfer_failures_total');
+      const bytes = await metric(instance.base, 'kimi:kv_transfer_bytes_total');
+      assert(loads > 0 && bytes > 0 && failures === 0, `loads ${loads}, bytes ${bytes}, failures ${failures}`);
+    });
+  }
+
   if (eagle3) {
     await check('the Eagle3 draft verified drafts (spec_decode counters)', async () => {
-      const drafts = await metric(server.base, 'kimi:spec_decode_num_drafts_total');
-      const tokens = await metric(server.base, 'kimi:spec_decode_num_draft_tokens_total');
+      const drafts = await metric(instance.base, 'kimi:spec_decode_num_drafts_total');
+      const tokens = await metric(instance.base, 'kimi:spec_decode_num_draft_tokens_total');
       assert(drafts > 0 && tokens >= drafts, `drafts ${drafts}, draft tokens ${tokens}`);
     });
   }
 
   await check('tokenize and detokenize', async () => {
-    const t = await raw(server.base, '/tokenize', { prompt: 'Hello world' });
-    const d = await raw(server.base, '/detokenize', { tokens: t.json.tokens });
+    const t = await raw(instance.base, '/tokenize', { prompt: 'Hello world' });
+    const d = await raw(instance.base, '/detokenize', { tokens: t.json.tokens });
     assert(d.json.prompt === 'Hello world', JSON.stringify(d.json));
   });
 
@@ -181,7 +210,7 @@ async function main() {
     assert(r.status === 400, 'bad role');
     r = await raw(server.base, '/v1/completions', JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(40 << 20) }));
     assert(r.status === 413, 'body too large: ' + r.status);
-    const health = await fetch(server.base + '/health');
+    const health = await fetch(instance.base + '/health');
     assert(health.status === 200, 'still serving');
   });
 
@@ -213,19 +242,19 @@ async function main() {
     let running = NaN;
     for (let i = 0; i < 100; i++) {
       await new Promise((r) => setTimeout(r, 50));
-      running = await metric(server.base, 'kimi:num_requests_running');
+      running = await metric(instance.base, 'kimi:num_requests_running');
       if (running === 0) break;
     }
     assert(running === 0, 'running requests after disconnect: ' + running);
-    const aborted = await metric(server.base, 'kimi:request_success_total{finished_reason="abort"');
+    const aborted = await metric(instance.base, 'kimi:request_success_total{finished_reason="abort"');
     assert(!(aborted === 0), 'abort counted');
   });
 
   await check('SIGTERM drains in-flight requests, then exits', async () => {
     const pending = client.completions.create({ model: 'tiny', prompt: 'Last one', max_tokens: 30, ignore_eos: true });
     await new Promise((r) => setTimeout(r, 100));
-    const exited = new Promise((resolve) => server.proc.on('exit', (code) => resolve(code)));
-    server.proc.kill('SIGTERM');
+    const exited = new Promise((resolve) => instance.proc.on('exit', (code) => resolve(code)));
+    instance.proc.kill('SIGTERM');
     const r = await pending;
     assert(r.usage.completion_tokens === 30, 'in-flight request completed');
     const code = await exited;
@@ -243,14 +272,14 @@ async function main() {
         return e.status;
       }
     }));
-    small.proc.kill('SIGTERM');
+    for (const p of small.procs || [small.proc]) p.kill('SIGTERM');
     assert(statuses.includes(429), 'no 429 among ' + statuses);
     assert(statuses.includes(200), 'no success among ' + statuses);
     assert(statuses.every((s) => s === 200 || s === 429), 'statuses ' + statuses);
   });
 
   const failed = summary();
-  if (server.proc.exitCode === null) server.proc.kill('SIGKILL');
+  for (const p of server.procs || [server.proc]) if (p.exitCode === null) p.kill('SIGKILL');
   fs.rmSync(dir, { recursive: true, force: true });
   process.exit(failed ? 1 : 0);
 }
