@@ -275,6 +275,24 @@ class KvCacheManagerTest : public SchedulerTest {
   }
 };
 
+TEST_F(KvCacheManagerTest, ADraftModelsCacheGivesUpTheLastHitBlock) {
+  for (const bool drop : {false, true}) {
+    kv_ = std::make_unique<KvCacheManager>(16, 4, true, drop);
+    Request r = req("r", 13, 300);
+    ASSERT_TRUE(kv_->allocate_slots(r, 13));
+    r.num_computed_tokens = 13;
+    kv_->cache_blocks(r, 13);
+    Request again = req("again", 14, 300);
+    const auto hit = kv_->find_cached_prefix(again);
+    EXPECT_EQ(hit.tokens(), drop ? 8 : 12) << drop;  // 3 full blocks cached
+    ASSERT_TRUE(kv_->allocate_slots(again, 14 - hit.tokens(), &hit));
+    EXPECT_EQ(again.num_computed_tokens, hit.tokens());
+    kv_->free(r);
+    kv_->free(again);
+    EXPECT_EQ(kv_->num_free_blocks(), 16);
+  }
+}
+
 TEST_F(KvCacheManagerTest, LookaheadReservesRoomForDrafts) {
   make(16, 4, 64);
   Request r = req("r", 6);

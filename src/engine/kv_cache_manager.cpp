@@ -6,8 +6,9 @@
 
 namespace kimi {
 
-KvCacheManager::KvCacheManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
-    : pool_(num_blocks, block_size, enable_prefix_caching) {}
+KvCacheManager::KvCacheManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching,
+                               bool drop_last_hit_block)
+    : pool_(num_blocks, block_size, enable_prefix_caching), drop_last_hit_block_(drop_last_hit_block) {}
 
 std::vector<int32_t> KvCacheManager::block_tokens(const Request& r, int64_t block) const {
   std::vector<int32_t> tokens(static_cast<size_t>(block_size()));
@@ -38,6 +39,7 @@ KvCacheManager::PrefixHit KvCacheManager::find_cached_prefix(const Request& r) {
     if (!found) break;
     hit.blocks_.push_back(*found);
   }
+  if (drop_last_hit_block_ && !hit.blocks_.empty()) hit.blocks_.pop_back();
   return hit;
 }
 

@@ -19,7 +19,10 @@ namespace kimi {
 
 class KvCacheManager {
  public:
-  KvCacheManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching);
+  // drop_last_hit_block: a draft model keeps KV rows in the same blocks (Eagle3, MTP), and the
+  // row at a block's last position was computed from the token after it, which the block's hash
+  // does not cover; such a hit gives up its last block so that row is recomputed (as vLLM does).
+  KvCacheManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching, bool drop_last_hit_block = false);
 
   const BlockPool& pool() const { return pool_; }
   int64_t block_size() const { return pool_.block_size(); }
@@ -77,6 +80,7 @@ class KvCacheManager {
   std::vector<int32_t> block_tokens(const Request& r, int64_t block) const;
 
   BlockPool pool_;
+  bool drop_last_hit_block_ = false;
   std::unordered_map<std::string, Table> tables_;
 };
 
