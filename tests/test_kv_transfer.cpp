@@ -20,6 +20,8 @@
 #include "engine/async_engine.h"
 #include "engine/engine.h"
 #include "kvtransfer/kv_transfer_config.h"
+#include "kvtransfer/protocol.h"
+#include "kvtransfer/ucx_transport.h"
 #include "kvtransfer/ucx_connector.h"
 #include "test_util.h"
 
@@ -66,7 +68,7 @@ KvTransferParams remote_at(int port, std::vector<int32_t> blocks, int64_t num_to
   p.remote_block_ids = std::move(blocks);
   p.remote_host = "127.0.0.1";
   p.remote_port = port;
-  p.remote_request_id = "x";
+  p.remote_request_id = std::string(1, 'x');  // not = "x": GCC 12 warns falsely there (-Wrestrict)
   p.remote_num_tokens = num_tokens;
   return p;
 }
@@ -392,6 +394,55 @@ TEST_F(KvTransferTest, HandshakeMismatchIsAClearErrorAndTheProducerStillReleases
   Result g = decode(d8, "b", tokens, prefill(p, "b", tokens), 4);
   EXPECT_NE(g.error.find("block size 4 (producer) vs 8 (consumer)"), std::string::npos) << g.error;
   EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+}
+
+TEST_F(KvTransferTest, AHostilePeerIsRefusedAndTheProducerKeepsServing) {
+  using namespace kvtransfer;
+  Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
+  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")));
+  const auto tokens = prompt(11, 13);
+  const KvTransferParams kv = prefill(p, "a", tokens);
+  ASSERT_EQ(kv.remote_block_ids.size(), 4u);
+  UcxWorker w;
+  const Deadline deadline = SteadyClock::now() + std::chrono::seconds(10);
+  {  // bytes that are no header: the producer drops this connection only
+    auto ep = UcxEndpoint::connect(w, "127.0.0.1", ucx(p).port());
+    std::vector<std::byte> junk(256, std::byte{0x41});
+    ep->send(junk, deadline);
+  }
+  auto ep = UcxEndpoint::connect(w, "127.0.0.1", ucx(p).port());
+  // A pull before any handshake is refused and leaves the hold to its real consumer.
+  const KvStorage same(model_->config(), 1, 4, KvCacheDtype::BFloat16);
+  const nlohmann::json pull = {{"remote_request_id", kv.remote_request_id},
+                               {"block_ids", std::vector<int32_t>(64, kv.remote_block_ids[0])}};
+  send_message(*ep, MsgType::Pull, pull, deadline);
+  auto b = recv_message(*ep, MsgType::Blocks, deadline);
+  EXPECT_FALSE(b.value("ok", true));
+  EXPECT_NE(b.value("error", std::string()).find("no accepted handshake"), std::string::npos) << b.dump();
+  EXPECT_EQ(ucx(p).held().size(), 1);
+  // After a good handshake: one held block asked 64 times is refused (no amplified sends), as
+  // is a block the request does not hold.
+  send_message(*ep, MsgType::Hello,
+               {{"version", kProtocolVersion}, {"desc", desc_to_json(same.block_desc())}, {"model", model_identity(model_->config())}},
+               deadline);
+  ASSERT_TRUE(recv_message(*ep, MsgType::Welcome, deadline).value("ok", false));
+  const KvTransferParams kv2 = prefill(p, "b", tokens);
+  send_message(*ep, MsgType::Pull,
+               {{"remote_request_id", kv2.remote_request_id}, {"block_ids", std::vector<int32_t>(64, kv2.remote_block_ids[0])}},
+               deadline);
+  b = recv_message(*ep, MsgType::Blocks, deadline);
+  EXPECT_NE(b.value("error", std::string()).find("64 blocks asked, 4 held"), std::string::npos) << b.dump();
+  const KvTransferParams kv3 = prefill(p, "c", tokens);
+  send_message(*ep, MsgType::Pull, {{"remote_request_id", kv3.remote_request_id}, {"block_ids", {255}}}, deadline);
+  b = recv_message(*ep, MsgType::Blocks, deadline);
+  EXPECT_NE(b.value("error", std::string()).find("block 255 is not held"), std::string::npos) << b.dump();
+  EXPECT_EQ(ucx(p).held().size(), 1);  // refused pulls end their holds; "a" is still there
+  // The producer still serves the real consumer of "a".
+  const Result got = decode(d, "a", tokens, kv, 4);
+  EXPECT_EQ(got.error, "");
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+  EXPECT_EQ(d.metrics().snapshot().kv_transfer_loads, 1u);
+  EXPECT_EQ(d.metrics().snapshot().kv_transfer_failures, 0u);
 }
 
 TEST_F(KvTransferTest, AbortWhileLoadingReturnsTheBlocksWhenTheLoadEnds) {

@@ -127,7 +127,7 @@ TEST_F(SpeculativeTest, GreedyEagle3EqualsPlainAloneAndBatched) {
   auto shared = ps;
   for (size_t i = 3; i < shared.size(); ++i) shared[i].insert(shared[i].begin(), shared[i - 3].begin(), shared[i - 3].end());
   const auto want_shared = run(plain, shared, greedy(32));
-  Engine tight(*model_, nullptr, config(eagle3(3), 64, 12));
+  Engine tight(*model_, nullptr, config(eagle3(3), 64, 64));
   EXPECT_EQ(run(tight, shared, greedy(32)), want_shared);
   EXPECT_EQ(run(tight, shared, greedy(32)), want_shared) << "again, with the prefix cache warm";
   EXPECT_GT(tight.stats().preemptions, 0);

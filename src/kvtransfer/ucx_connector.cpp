@@ -162,6 +162,8 @@ void UcxKvConnector::producer_loop(std::promise<int>* ready) {
         if (!c.welcomed) error = "no accepted handshake on this connection";
         else if (!(blocks = held_.begin_pull(id)))
           error = "no KV held for remote_request_id '" + id + "' (released, timed out or unknown)";
+        else if (wanted.size() > blocks->size())  // each held block once at most: no amplified sends
+          error = std::to_string(wanted.size()) + " blocks asked, " + std::to_string(blocks->size()) + " held for '" + id + "'";
         else
           for (int32_t b : wanted)
             if (std::find(blocks->begin(), blocks->end(), b) == blocks->end())
