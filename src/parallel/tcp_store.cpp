@@ -112,8 +112,8 @@ void TcpStoreServer::serve() {
           throw Error("unknown request");
         }
         s.write_all(reply.data(), reply.size(), deadline);
-      } catch (const Error&) {
-        drop[i] = true;  // a broken client only loses its own connection
+      } catch (const std::exception&) {  // kimi::Error, and bad_alloc for a field the memory lacks
+        drop[i] = true;  // a broken client only loses its own connection; an escape would end the process
       }
     }
     for (size_t i = clients.size(); i-- > 0;)
