@@ -6,7 +6,8 @@
 # the collectives' share of a tp 2 step.
 #
 # Usage: bench/tp_collectives.sh KIMI_BINARY MODEL_DIR
-#   env: THREADS (2), SHORT (8), LONG (40) output tokens, PROMPT_IDS (64 ids)
+#   env: THREADS (2), SHORT (8), LONG (40) output tokens, PROMPT_IDS (64 ids), EP (0; 1 runs the
+#   tp 2 side with --enable-expert-parallel: whole experts per rank instead of slices)
 set -euo pipefail
 kimi=$1
 model=$2
@@ -26,8 +27,10 @@ run() {  # run NAME TOKENS ARGS...
 }
 run tp1_short "$short" --threads "$threads"
 run tp1_long "$long" --threads "$threads"
-run tp2_short "$short" -tp 2 --threads "$half" --data-parallel-rpc-port "$port"
-run tp2_long "$long" -tp 2 --threads "$half" --data-parallel-rpc-port "$((port + 1))"
+ep=()
+[[ "${EP:-0}" == 1 ]] && ep=(--enable-expert-parallel)
+run tp2_short "$short" -tp 2 "${ep[@]}" --threads "$half" --data-parallel-rpc-port "$port"
+run tp2_long "$long" -tp 2 "${ep[@]}" --threads "$half" --data-parallel-rpc-port "$((port + 1))"
 
 python3 - "$out" "$threads" "$half" <<'EOF'
 import json, sys
@@ -37,7 +40,10 @@ def per_token(a, b, f):
     return (f(j[b]) - f(j[a])) / (len(j[b]["tokens"]) - len(j[a]["tokens"]))
 step1 = per_token("tp1_short", "tp1_long", lambda x: x["decode_seconds"]) * 1000
 step2 = per_token("tp2_short", "tp2_long", lambda x: x["decode_seconds"]) * 1000
-print(f"decode step: tp 1 ({threads} threads) {step1:.2f} ms, tp 2 ({half} each) {step2:.2f} ms "
+if j["tp2_long"]["tokens"] != j["tp1_long"]["tokens"]:
+    print("warning: tp 2 generated other tokens than tp 1")
+ep = " with expert parallelism" if j["tp2_long"]["tensor_parallel"].get("expert_parallel") else ""
+print(f"decode step: tp 1 ({threads} threads) {step1:.2f} ms, tp 2{ep} ({half} each) {step2:.2f} ms "
       f"(tp 2 / tp 1 = {step2 / step1:.2f}x)")
 total = 0.0
 for k in ("all_reduce", "all_gather", "broadcast"):

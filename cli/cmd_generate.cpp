@@ -62,13 +62,17 @@ int run_generate(int argc, char** argv) {
         "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
         "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n"
         "                     [--speculative-config JSON]  (as kimi serve's)\n"
-        "                     [--tensor-parallel-size|-tp N] [--data-parallel-rpc-port P]\n\n"
+        "                     [--tensor-parallel-size|-tp N] [--enable-expert-parallel]\n"
+        "                     [--data-parallel-rpc-port P]\n\n"
         "Continues the prompt (greedy at temperature 0, the default) and streams the text; with\n"
         "--prompt-ids it prints the generated token ids instead. --warmup runs the prompt once,\n"
         "untimed, before the timed generation (so the mapped weights are resident); --json prints\n"
         "one JSON object at the end instead: prompt_tokens, tokens (the generated ids), threads,\n"
         "prefill_seconds (the prompt's forward pass) and decode_seconds (sampling and the forward\n"
-        "passes of the generated tokens after the first).\n");
+        "passes of the generated tokens after the first); with -tp N > 1 it adds tensor_parallel\n"
+        "(size, expert_parallel, rank 0's all_reduce / all_gather / broadcast calls, bytes, seconds).\n"
+        "-tp N splits the model over N local processes; --enable-expert-parallel deals the routed\n"
+        "experts out whole over them instead of slicing each (as kimi serve's).\n");
     return 0;
   }
   if (a.has("prompt") == a.has("prompt-ids")) throw Error("give exactly one of --prompt and --prompt-ids");
@@ -86,6 +90,7 @@ int run_generate(int argc, char** argv) {
   ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
   mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
   mo.tensor_parallel = launch.tensor_parallel_group();
+  mo.expert_parallel = pa.enable_expert_parallel;
   Model model(dir, mo);
   if (launch.is_worker()) {  // rank 0 drives the engine; this rank runs the steps it is sent
     run_tensor_parallel_worker(model);
@@ -145,6 +150,7 @@ int run_generate(int argc, char** argv) {
       };
       // Rank 0's collectives over the whole run (warm-up included), for the TP cost per step.
       j["tensor_parallel"] = {{"size", pa.tensor_parallel_size},
+                              {"expert_parallel", pa.enable_expert_parallel},
                               {"all_reduce", counter(cs->all_reduce)},
                               {"all_gather", counter(cs->all_gather)},
                               {"broadcast", counter(cs->broadcast)}};

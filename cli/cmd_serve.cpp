@@ -65,9 +65,11 @@ void usage() {
       "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
       "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
-      "  --tensor-parallel-size|-tp N  --data-parallel-rpc-port P (tensor parallelism over N local processes;\n"
-      "    --data-parallel-size, --data-parallel-size-local, --data-parallel-start-rank, --headless and\n"
-      "    --enable-expert-parallel are recognised but not supported yet)\n"
+      "  --tensor-parallel-size|-tp N  --data-parallel-rpc-port P (tensor parallelism over N local processes)\n"
+      "  --enable-expert-parallel (with -tp N: rank r holds routed experts [r*E/N, (r+1)*E/N) whole instead of\n"
+      "    a slice of each; N must divide E; no effect with -tp 1. --data-parallel-size,\n"
+      "    --data-parallel-size-local, --data-parallel-start-rank and --headless are recognised but not\n"
+      "    supported yet)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
       "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n"
       "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"
@@ -119,6 +121,7 @@ int run_serve(int argc, char** argv) {
   ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
   mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
   mo.tensor_parallel = launch.tensor_parallel_group();
+  mo.expert_parallel = pa.enable_expert_parallel;
   Model model(dir, mo);
   if (launch.is_worker()) {  // rank 0 serves; this rank runs the steps it is sent
     run_tensor_parallel_worker(model);

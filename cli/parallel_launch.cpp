@@ -61,7 +61,11 @@ ParallelArgs parse_parallel_args(const Args& a) {
   if (p.data_parallel_size > 1 || a.has("data-parallel-size-local") || a.has("data-parallel-start-rank"))
     throw Error("data parallelism (--data-parallel-size > 1, --data-parallel-size-local, --data-parallel-start-rank) "
                 "is not supported yet");
-  if (p.enable_expert_parallel) throw Error("--enable-expert-parallel is not supported yet");
+  // vLLM's expert-parallel size is tp * dp; with both 1 the flag changes nothing (one rank owns
+  // every expert), so it is accepted as vLLM does, with a note.
+  if (p.enable_expert_parallel && p.tensor_parallel_size == 1)
+    std::fprintf(stderr, "kimi: --enable-expert-parallel with --tensor-parallel-size 1: one rank holds every "
+                         "expert (no effect)\n");
   if (p.headless) throw Error("--headless is not supported yet (it needs data parallelism across nodes)");
   return p;
 }
@@ -71,7 +75,8 @@ std::string parallel_identity(const std::string& model_dir, const ParallelArgs& 
   std::stringstream ss;
   ss << f.rdbuf();
   return "config " + parallel_fingerprint(ss.str()) + " tp=" + std::to_string(p.tensor_parallel_size) +
-         " dp=" + std::to_string(p.data_parallel_size) + " quantization=" + quantization;
+         " dp=" + std::to_string(p.data_parallel_size) + " ep=" + (p.enable_expert_parallel ? "1" : "0") +
+         " quantization=" + quantization;
 }
 
 ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, const std::string& identity) : args_(p) {

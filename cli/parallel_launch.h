@@ -3,8 +3,9 @@
 // --tensor-parallel-size N > 1 the process the user started becomes rank 0, spawns ranks
 // 1..N-1 of this node (itself again, with the hidden --tensor-parallel-rank), serves the
 // rendezvous store and drives the engine; the other ranks load their shard and run the steps
-// rank 0 broadcasts. Flags that are parsed but not implemented yet (data / expert parallelism,
-// --headless) are refused with a clear error rather than silently ignored.
+// rank 0 broadcasts. --enable-expert-parallel partitions the routed experts over those same
+// ranks (model/parallel_linear.h). Flags that are parsed but not implemented yet (data
+// parallelism, --headless) are refused with a clear error rather than silently ignored.
 #include <atomic>
 #include <memory>
 #include <set>
@@ -34,7 +35,8 @@ struct ParallelArgs {
 // The flags' names, to add to a subcommand's Args sets.
 const std::set<std::string>& parallel_value_flags();
 const std::set<std::string>& parallel_bool_flags();
-// Reads and checks the flags; "not supported yet" for dp > 1, expert parallelism, --headless.
+// Reads and checks the flags; "not supported yet" for dp > 1 and --headless. Expert parallelism
+// with tp 1 is accepted and does nothing (as in vLLM with tp = dp = 1), with a note on stderr.
 ParallelArgs parse_parallel_args(const Args& a);
 
 // This process's part in a parallel run (nothing with tp = 1).
@@ -69,7 +71,8 @@ class ParallelLaunch {
   std::shared_ptr<GlooProcessGroup> tp_;
 };
 
-// What every rank of a run must agree on: the model's config.json and the shard-shaping flags.
+// What every rank of a run must agree on: the model's config.json and the shard-shaping flags
+// (tp, dp, expert parallelism, quantization).
 std::string parallel_identity(const std::string& model_dir, const ParallelArgs& p, const std::string& quantization);
 
 }  // namespace kimi::cli

@@ -1,5 +1,6 @@
-// `kimi generate -tp 2` (two local processes over 127.0.0.1) against one process, and the
-// parallel flags that are not built yet being refused.
+// `kimi generate -tp 2` (two local processes over 127.0.0.1), with and without
+// --enable-expert-parallel, against one process, and the parallel flags that are not built yet
+// being refused.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -14,6 +15,7 @@
 
 #include "parallel/socket.h"
 #include "parallel/tcp_store.h"
+#include "parallel/world.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -59,15 +61,75 @@ TEST(ParallelCli, GenerateWithTwoTensorParallelRanksGivesTheTokensOfOne) {
   EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << two.out;
   EXPECT_GT(tp["all_reduce"]["bytes"].get<int64_t>(), 0) << two.out;
   EXPECT_GT(tp["broadcast"]["calls"].get<int64_t>(), 0) << two.out;
+  EXPECT_EQ(tp["expert_parallel"], false) << two.out;
   EXPECT_FALSE(result(one.out).contains("tensor_parallel"));
+}
+
+// The --json line: the last one that opens an object (a tp run's stderr comes before it).
+nlohmann::json json_result(const std::string& out) {
+  const size_t line = out.rfind("\n{");
+  return nlohmann::json::parse(out.substr(line == std::string::npos ? out.find('{') : line + 1));
+}
+
+// --enable-expert-parallel: each of the 2 ranks holds 8 of the tiny model's 16 experts whole.
+TEST(ParallelCli, GenerateWithExpertParallelGivesTheTokensOfOne) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  const std::string base = "generate --model " + model.string() +
+                           " --prompt-ids 5,17,300,42,1000 --max-tokens 12 --ignore-eos --json --threads 1";
+  const auto one = run_bounded(base, "2>/dev/null");
+  ASSERT_EQ(one.status, 0) << one.out;
+  const auto ep = run_bounded(base + " -tp 2 --enable-expert-parallel --data-parallel-rpc-port " +
+                                  std::to_string(free_port()),
+                              "2>&1");
+  ASSERT_EQ(ep.status, 0) << ep.out;
+  const auto tokens = json_result(one.out)["tokens"].get<std::vector<int>>();
+  EXPECT_EQ(tokens.size(), 12u);
+  EXPECT_EQ(json_result(ep.out)["tokens"].get<std::vector<int>>(), tokens);
+  const auto tp = json_result(ep.out)["tensor_parallel"];
+  EXPECT_EQ(tp["size"], 2) << ep.out;
+  EXPECT_EQ(tp["expert_parallel"], true) << ep.out;
+  EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << ep.out;
+
+  // With tp 1 the flag is accepted and changes nothing (vLLM's expert-parallel size is tp * dp).
+  const auto alone = run_bounded(base + " --enable-expert-parallel", "2>&1");
+  ASSERT_EQ(alone.status, 0) << alone.out;
+  EXPECT_EQ(json_result(alone.out)["tokens"].get<std::vector<int>>(), tokens);
+  EXPECT_NE(alone.out.find("no effect"), std::string::npos) << alone.out;
+}
+
+// The ranks' identity includes the flag: a worker rank started with --enable-expert-parallel
+// refuses to join a rank 0 that runs without it (here the test stands in for rank 0, publishing
+// the identity `kimi generate -tp 2` has without the flag), naming both.
+TEST(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir);
+  std::ifstream f(model / "config.json", std::ios::binary);
+  std::stringstream config;
+  config << f.rdbuf();
+  TcpStoreServer store("127.0.0.1", 0);
+  const std::string rank0 = "config " + parallel_fingerprint(config.str()) + " tp=2 dp=1 ep=0 quantization=";
+  TcpStore("127.0.0.1", store.port(), std::chrono::seconds(10))
+      .prefixed("identity/")
+      .set("0", std::vector<char>(rank0.begin(), rank0.end()));
+  const auto worker = run_bounded("generate --model " + model.string() +
+                                      " --prompt-ids 5,17 --max-tokens 1 --threads 1 -tp 2 --tensor-parallel-rank=1"
+                                      " --enable-expert-parallel --parallel-timeout 10 --data-parallel-rpc-port " +
+                                      std::to_string(store.port()),
+                                  "2>&1");
+  EXPECT_NE(worker.status, 0) << worker.out;
+  EXPECT_NE(worker.out.find("different model or parallel flags"), std::string::npos) << worker.out;
+  EXPECT_NE(worker.out.find("ep=0"), std::string::npos) << worker.out;
+  EXPECT_NE(worker.out.find("ep=1"), std::string::npos) << worker.out;
 }
 
 TEST(ParallelCli, FlagsNotBuiltYetAreRefused) {
   test::TempDir dir;
   const auto model = test::make_tiny_model(dir);
   const std::string base = "generate --model " + model.string() + " --prompt-ids 5,17 --max-tokens 1 ";
-  for (const std::string flags : {"-dp 2", "--data-parallel-size=2", "--enable-expert-parallel", "--headless",
-                                  "--data-parallel-size 2 --data-parallel-start-rank 1"}) {
+  for (const std::string flags : {"-dp 2", "--data-parallel-size=2", "--headless",
+                                  "--data-parallel-size 2 --data-parallel-start-rank 1",
+                                  "-dp 2 -tp 2 --enable-expert-parallel"}) {
     const auto r = run_bounded(base + flags, "2>&1");
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.out.find("not supported yet"), std::string::npos) << flags << ": " << r.out;

@@ -1,9 +1,12 @@
-// Tensor parallelism: the tiny model split over 2 processes (127.0.0.1) against 1 process.
+// Tensor parallelism, with and without expert parallelism: the tiny model split over 2 processes
+// (127.0.0.1) against 1 process.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "engine/tp_executor.h"
@@ -67,12 +70,47 @@ Trace load(const std::filesystem::path& p) {
   return t;
 }
 
-TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) {
+// A group that only has a size: enough to load a shard (binding needs no collective).
+class SizeOnly final : public Communicator {
+ public:
+  explicit SizeOnly(int n) : n_(n) {}
+  int rank() const override { return 0; }
+  int size() const override { return n_; }
+  void all_reduce_sum(std::span<float>) override { throw Error("not a real group"); }
+  void all_gather(std::span<const std::byte>, std::span<std::byte>) override { throw Error("not a real group"); }
+  void broadcast(std::span<std::byte>, int) override { throw Error("not a real group"); }
+  void barrier() override { throw Error("not a real group"); }
+
+ private:
+  int n_;
+};
+
+// Under expert parallelism rank r of 2 must hold routed experts [r * E / 2, (r + 1) * E / 2),
+// whole (all moe_intermediate_size rows), in every MoE layer; without it all E, sliced.
+// Returns why not, or "".
+std::string expert_placement_error(const Model& m, int rank, bool ep) {
+  const ModelConfig& c = m.config();
+  const int64_t owned = ep ? c.n_routed_experts / 2 : c.n_routed_experts;
+  const int64_t rows = ep ? c.moe_intermediate_size : c.moe_intermediate_size / 2;
+  for (const LayerWeights& L : m.weights().layers) {
+    if (!L.moe) continue;
+    if (L.moe->first_expert != (ep ? rank * owned : 0) || int64_t(L.moe->experts.size()) != owned)
+      return "experts [" + std::to_string(L.moe->first_expert) + ", +" + std::to_string(L.moe->experts.size()) + ")";
+    for (const MlpWeights& e : L.moe->experts)
+      if (e.gate.rows != rows || e.up.rows != rows || e.down.cols != rows)
+        return "an expert of " + std::to_string(e.gate.rows) + " rows, not " + std::to_string(rows);
+  }
+  return "";
+}
+
+// The tiny model over 2 ranks (forked from this test), tensor parallel with or without expert
+// parallelism, against one process: the same greedy tokens, logits to float rounding.
+void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest& quant = {}) {
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   Trace ref;
   {  // the reference, its threads gone before the ranks are forked
-    Model one(model_dir, ModelOptions{.num_threads = 1});
+    Model one(model_dir, ModelOptions{.num_threads = 1, .quantization = quant});
     ref = run_trace(one);
   }
   TcpStoreServer server("127.0.0.1", 0);
@@ -83,7 +121,13 @@ TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) {
     ModelOptions mo;  // (not designated: GCC 12 warns falsely about the string inside)
     mo.num_threads = 1;
     mo.tensor_parallel = w.new_group("tp", {0, 1});
+    mo.expert_parallel = expert_parallel;
+    mo.quantization = quant;
     Model shard(model_dir, mo);
+    if (const std::string bad = expert_placement_error(shard, rank, expert_parallel); !bad.empty()) {
+      std::fprintf(stderr, "rank %d holds %s\n", rank, bad.c_str());
+      return 4;
+    }
     save(dir.path() / ("rank" + std::to_string(rank)), run_trace(shard));
     return 0;
   }, std::chrono::seconds(120));
@@ -103,9 +147,39 @@ TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) {
     for (size_t i = 0; i < ref.logits.size(); ++i) worst = std::max(worst, std::fabs(t.logits[i] - ref.logits[i]));
     EXPECT_LE(worst, kTolerance) << "rank " << r << ": max |logit difference| " << worst << " (logits up to "
                                  << ref_scale << ")";
-    std::printf("rank %d: max |logit - tp1 logit| = %.3g over %zu logits (max |logit| %.3g)\n", r, double(worst),
-                ref.logits.size(), double(ref_scale));
+    std::printf("rank %d%s: max |logit - tp1 logit| = %.3g over %zu logits (max |logit| %.3g)\n", r,
+                expert_parallel ? " (ep)" : "", double(worst), ref.logits.size(), double(ref_scale));
   }
+}
+
+TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) { expect_two_ranks_match_one(false); }
+
+// --enable-expert-parallel: each rank holds 8 of the 16 experts whole and runs only those.
+TEST(ParallelTensor, ExpertParallelTwoRanksGiveTheTokensAndLogitsOfOne) { expect_two_ranks_match_one(true); }
+
+// Routed experts quantized on load to int4 (groups of 32): under EP each rank holds whole int4
+// experts, the same ones one process has, so tokens and logits match it; plain TP slices them.
+// (Whole experts never meet row_parallel's group check: RowParallelSliceKeepsWholeQuantizationGroups.)
+TEST(ParallelTensor, ExpertParallelKeepsQuantizedExpertsWhole) {
+  const QuantizationRequest int4 = QuantizationRequest::parse("int4");
+  {
+    test::TempDir dir;
+    const auto model_dir = test::make_tiny_model(dir);
+    ModelOptions mo;
+    mo.num_threads = 1;
+    mo.quantization = int4;
+    mo.tensor_parallel = std::make_shared<SizeOnly>(2);  // loading needs no collective
+    const int64_t width = ModelConfig::load(model_dir).moe_intermediate_size;
+    for (bool ep : {false, true}) {
+      mo.expert_parallel = ep;
+      Model m(model_dir, mo);
+      const MoeWeights& moe = *m.weights().layers.back().moe;
+      EXPECT_EQ(moe.experts.at(0).down.format, WeightFormat::Int4Group);
+      EXPECT_EQ(moe.experts.at(0).down.cols, ep ? width : width / 2) << "ep " << ep;
+      EXPECT_EQ(moe.shared->down.cols, width / 2) << "the shared expert stays sliced, ep " << ep;
+    }
+  }
+  expect_two_ranks_match_one(true, int4);
 }
 
 // Through the engine: three prompts batched, the longer ones prefilled in chunks of 8 tokens,
@@ -129,7 +203,7 @@ std::vector<std::vector<int32_t>> engine_tokens(Model& model) {
   return out;
 }
 
-TEST(ParallelTensor, EngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
+void expect_engine_on_two_ranks_matches_one(bool expert_parallel) {
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   std::vector<std::vector<int32_t>> ref;
@@ -147,6 +221,7 @@ TEST(ParallelTensor, EngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
     ModelOptions mo;
     mo.num_threads = 1;
     mo.tensor_parallel = w.new_group("tp", {0, 1});
+    mo.expert_parallel = expert_parallel;
     Model shard(model_dir, mo);
     if (rank != 0) {
       run_tensor_parallel_worker(shard);
@@ -158,21 +233,15 @@ TEST(ParallelTensor, EngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
+TEST(ParallelTensor, EngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
+  expect_engine_on_two_ranks_matches_one(false);
+}
+
+TEST(ParallelTensor, ExpertParallelEngineBatchedChunkedPrefillGivesTheTokensOfOneProcess) {
+  expect_engine_on_two_ranks_matches_one(true);
+}
+
 // The split must divide heads and widths; a group of 3 cannot split the tiny model's 4 heads.
-class SizeOnly final : public Communicator {
- public:
-  explicit SizeOnly(int n) : n_(n) {}
-  int rank() const override { return 0; }
-  int size() const override { return n_; }
-  void all_reduce_sum(std::span<float>) override { throw Error("not a real group"); }
-  void all_gather(std::span<const std::byte>, std::span<std::byte>) override { throw Error("not a real group"); }
-  void broadcast(std::span<std::byte>, int) override { throw Error("not a real group"); }
-  void barrier() override { throw Error("not a real group"); }
-
- private:
-  int n_;
-};
-
 TEST(ParallelTensor, SizeThatDoesNotDivideTheHeadsIsRefused) {
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
@@ -183,6 +252,50 @@ TEST(ParallelTensor, SizeThatDoesNotDivideTheHeadsIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide num_attention_heads"), std::string::npos) << e.what();
   }
+}
+
+// Expert parallelism deals whole experts out evenly: 6 experts cannot go to 4 ranks (4 divides
+// the tiny model's heads and widths, so the expert count is what refuses it), at start-up,
+// before a tensor is bound; without expert parallelism the same size passes that check.
+TEST(ParallelTensor, ExpertParallelSizeThatDoesNotDivideTheExpertsIsRefused) {
+  test::TempDir dir;
+  const auto model_dir = test::make_tiny_model(dir);
+  nlohmann::json cfg;
+  {
+    std::ifstream f(model_dir / "config.json");
+    f >> cfg;
+  }
+  nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+  text["n_routed_experts"] = 6;
+  text["n_group"] = 1;
+  text["topk_group"] = 1;
+  std::ofstream(model_dir / "config.json") << cfg.dump();
+  const ModelConfig c = ModelConfig::load(model_dir);
+  ASSERT_EQ(c.n_routed_experts, 6);
+  auto four = std::make_shared<SizeOnly>(4);
+  EXPECT_NO_THROW(TensorParallel{four.get()}.check(c));
+  try {
+    ModelOptions mo;
+    mo.num_threads = 1;
+    mo.tensor_parallel = four;
+    mo.expert_parallel = true;
+    Model m(model_dir, mo);
+    FAIL() << "dealt 6 experts out to 4 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert parallel size 4 does not divide n_routed_experts (6)"),
+              std::string::npos)
+        << e.what();
+  }
+  // The ranges themselves: rank r of 2 holds [8r, 8r + 8) of 16.
+  ModelConfig sixteen = c;
+  sixteen.n_routed_experts = 16;
+  auto two = std::make_shared<SizeOnly>(2);
+  const ExpertRange r0 = TensorParallel{two.get(), true}.experts(sixteen);
+  EXPECT_EQ(r0.first, 0);
+  EXPECT_EQ(r0.count, 8);
+  const ExpertRange all = TensorParallel{two.get(), false}.experts(sixteen);
+  EXPECT_EQ(all.first, 0);
+  EXPECT_EQ(all.count, 16);
 }
 
 TEST(ParallelTensor, RowParallelSliceKeepsWholeQuantizationGroups) {
@@ -200,6 +313,10 @@ TEST(ParallelTensor, RowParallelSliceKeepsWholeQuantizationGroups) {
   EXPECT_EQ(static_cast<const float*>(s.scales)[1], 3.0f);            // row 1, group 0
   auto four = std::make_shared<SizeOnly>(4);
   EXPECT_THROW(row_parallel(w, TensorParallel{four.get()}, owned), Error);
+  // Under expert parallelism a routed expert is not sliced at all, so no group is split.
+  const WeightMatrix whole = row_parallel(w, TensorParallel{four.get(), true}.routed_expert_split(), owned);
+  EXPECT_EQ(whole.cols, 128);
+  EXPECT_EQ(whole.data, w.data);
 }
 
 }  // namespace

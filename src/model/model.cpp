@@ -17,7 +17,8 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
       options_(options),
       attention_config_(TensorParallel{options.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      weights_(load_weights(*checkpoint_, config_, options.quantization, TensorParallel{options.tensor_parallel.get()})),
+      weights_(load_weights(*checkpoint_, config_, options.quantization,
+                            TensorParallel{options.tensor_parallel.get(), options.expert_parallel})),
       rope_(config_),
       pool_(options.num_threads) {}
 

@@ -28,6 +28,9 @@ struct ModelOptions {
   // runs its shard of the weights (model/parallel_linear.h), and every rank of the group must
   // run the same forward steps. nullptr: the whole model here.
   std::shared_ptr<Communicator> tensor_parallel = nullptr;
+  // --enable-expert-parallel: within that group, deal the routed experts out whole (a contiguous
+  // range per rank) instead of slicing each one; nothing without a group of 2 or more.
+  bool expert_parallel = false;
 };
 
 // One sequence's part of a forward step. The contract with the cache: forward writes exactly the

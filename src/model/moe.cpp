@@ -111,10 +111,12 @@ void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int6
   };
   if (w.shared)
     for (int64_t t = 0; t < n; ++t) add(*w.shared, t, 1.0f);
+  // Only the experts this rank holds (all, or its range under expert parallelism): the other
+  // ranks add the rest in the block's all-reduce.
   std::vector<std::vector<int64_t>> slots(static_cast<size_t>(E));  // indices into r.experts
   for (int64_t i = 0; i < n * K; ++i) slots[size_t(r.experts[size_t(i)])].push_back(i);
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t s : slots[size_t(e)]) add(w.experts[size_t(e)], s / K, r.weights[size_t(s)]);
+  for (int64_t j = 0; j < int64_t(w.experts.size()); ++j)
+    for (int64_t s : slots[size_t(w.first_expert + j)]) add(w.experts[size_t(j)], s / K, r.weights[size_t(s)]);
 
   // The items run in batches: one matmul_batch for the gate and up products of a batch's items
   // and one for their down products, so a decode step pays two thread dispatches for its

@@ -1,7 +1,8 @@
 #pragma once
 // The feed-forward blocks: the dense SwiGLU MLP of the first layers, and the DeepSeek-V3 mixture
 // of experts (sigmoid router, e_score_correction_bias for expert *selection* only, grouped top-k,
-// renormalised weights times routed_scaling_factor, plus always-on shared experts).
+// renormalised weights times routed_scaling_factor, plus always-on shared experts). Every rank
+// routes every token with the full router; which experts it then runs is the weights' data.
 #include <cstdint>
 #include <vector>
 
@@ -31,7 +32,9 @@ struct MoeTiming {
   int64_t layer = 0;
 };
 
-// out[n, hidden] = sum_k weight_k * expert_k(x) + shared(x).
+// out[n, hidden] = sum_k weight_k * expert_k(x) + shared(x), the sum over the TP group (w.reduce)
+// included. Under expert parallelism (w.first_expert, model/parallel_linear.h) this rank adds
+// only the selected experts it holds; the all-reduce brings in the others'.
 void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out,
                  MoeTiming timing = {});
 

@@ -16,7 +16,21 @@ void TensorParallel::check(const ModelConfig& c) const {
   };
   need(c.num_attention_heads, "num_attention_heads");
   need(c.intermediate_size, "intermediate_size");
-  if (c.n_routed_experts > 0) need(c.moe_intermediate_size, "moe_intermediate_size");
+  if (c.n_routed_experts == 0) return;
+  if (!expert_parallel) {
+    need(c.moe_intermediate_size, "moe_intermediate_size");
+    return;
+  }
+  if (c.n_routed_experts % n != 0)
+    throw Error("expert parallel size " + std::to_string(n) + " does not divide n_routed_experts (" +
+                std::to_string(c.n_routed_experts) + "): each rank must own the same number of whole experts");
+  if (c.n_shared_experts > 0) need(c.moe_intermediate_size * c.n_shared_experts, "the shared experts' width");
+}
+
+ExpertRange TensorParallel::experts(const ModelConfig& c) const {
+  if (!expert_parallel) return {0, c.n_routed_experts};
+  const int64_t per = c.n_routed_experts / size();
+  return {rank() * per, per};
 }
 
 ModelConfig TensorParallel::attention_shard(const ModelConfig& c) const {

@@ -5,6 +5,12 @@
 // columns, and its partial outputs are summed over the group by the RowParallelReduce that the
 // owning layer (attention's o_proj, a dense MLP, a whole MoE block) holds. With no group every
 // piece is the identity, so the forward pass is the same code at any TP size.
+//
+// Expert parallelism within the TP group (vLLM's --enable-expert-parallel, its default "linear"
+// placement): the routed experts are not sliced but dealt out whole, rank r owning experts
+// [r * E / N, (r + 1) * E / N). Hidden states are replicated after every all-reduce, so each
+// rank routes every token itself, runs the selected experts it owns, and the MoE block's one
+// all-reduce sums all ranks' routed outputs with the (still sliced) shared expert's.
 #include <cstdint>
 
 #include "format/model_config.h"
@@ -14,12 +20,24 @@
 
 namespace kimi {
 
+// The routed experts a rank holds: [first, first + count).
+struct ExpertRange {
+  int64_t first = 0, count = 0;
+};
+
 struct TensorParallel {
   Communicator* group = nullptr;  // not owned; nullptr: a single rank
+  bool expert_parallel = false;   // routed experts partitioned over the group instead of sliced
   int rank() const { return group ? group->rank() : 0; }
   int size() const { return group ? group->size() : 1; }
-  // Throws kimi::Error unless heads and MLP / expert widths divide evenly over the ranks.
+  // Throws kimi::Error unless heads and MLP / expert widths divide evenly over the ranks (under
+  // expert parallelism: the expert count, and the shared experts' width, instead of the routed
+  // experts' width).
   void check(const ModelConfig& c) const;
+  // The routed experts this rank binds and runs: all of them unless expert_parallel.
+  ExpertRange experts(const ModelConfig& c) const;
+  // How a routed expert's matrices are split: like the rest under plain TP, whole under EP.
+  TensorParallel routed_expert_split() const { return expert_parallel ? TensorParallel{} : *this; }
   // The config this rank's attention runs with: num_attention_heads / size() heads.
   ModelConfig attention_shard(const ModelConfig& c) const;
 };

@@ -24,6 +24,14 @@ struct ActiveWeights {
     add(m.up, times);
     add(m.down, times);
   }
+  // Of a token's `times` expert picks, times * share / of fall on the `share` of `of` experts
+  // this rank holds, on average under uniform routing: the expected reads of m here.
+  void add_share(const MlpWeights& m, int64_t times, int64_t share, int64_t of) {
+    ActiveWeights one;
+    one.add(m, times * share);
+    bytes += one.bytes / size_t(of);
+    params += one.params / of;
+  }
 };
 
 // Binds decoder layer l's tensors (shapes from `shapes`), split for tensor parallelism by `tp`
@@ -46,10 +54,10 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
     const auto& s = shape_of(name);
     return b.dense(name, s[0], s[1]);
   };
-  auto mlp = [&](const std::string& prefix) {
-    return MlpWeights{column_parallel(linear(layer_tensor(c, l, prefix + "gate_proj.weight")), tp),
-                      column_parallel(linear(layer_tensor(c, l, prefix + "up_proj.weight")), tp),
-                      row_parallel(linear(layer_tensor(c, l, prefix + "down_proj.weight")), tp, shards), {}};
+  auto mlp = [&](const std::string& prefix, const TensorParallel& split) {
+    return MlpWeights{column_parallel(linear(layer_tensor(c, l, prefix + "gate_proj.weight")), split),
+                      column_parallel(linear(layer_tensor(c, l, prefix + "up_proj.weight")), split),
+                      row_parallel(linear(layer_tensor(c, l, prefix + "down_proj.weight")), split, shards), {}};
   };
   const RowParallelReduce reduce{tp.group};
   LayerWeights L;
@@ -77,7 +85,7 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   active.add(a.o);
 
   if (!c.is_moe_layer(l)) {
-    L.dense = mlp("mlp.");
+    L.dense = mlp("mlp.", tp);
     L.dense->reduce = reduce;
     active.add(*L.dense);
     return L;
@@ -85,11 +93,15 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   MoeWeights& m = L.moe.emplace();
   m.router = dense(layer_tensor(c, l, "mlp.gate.weight"));
   if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
-  for (int64_t e = 0; e < c.n_routed_experts; ++e) m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + "."));
-  if (c.n_shared_experts > 0) m.shared = mlp("mlp.shared_experts.");
+  // Only this rank's experts are bound (all of them without EP): the rest stay unread.
+  const ExpertRange mine = tp.experts(c);
+  m.first_expert = mine.first;
+  for (int64_t e = mine.first; e < mine.first + mine.count; ++e)
+    m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + ".", tp.routed_expert_split()));
+  if (c.n_shared_experts > 0) m.shared = mlp("mlp.shared_experts.", tp);
   m.reduce = reduce;
   active.add(m.router);
-  active.add(m.experts[0], c.num_experts_per_tok);
+  active.add_share(m.experts[0], c.num_experts_per_tok, mine.count, c.n_routed_experts);
   if (m.shared) active.add(*m.shared);
   return L;
 }

@@ -32,6 +32,9 @@ struct AttentionWeights {  // multi-head latent attention
 struct MoeWeights {
   WeightMatrix router;                  // [n_routed_experts, hidden]
   std::vector<float> correction_bias;   // noaux_tc selection bias; empty otherwise
+  // Routed experts first_expert, first_expert + 1, ...: all of them, or under expert parallelism
+  // this rank's range (model/parallel_linear.h); the router still scores every expert.
+  int64_t first_expert = 0;
   std::vector<MlpWeights> experts;
   std::optional<MlpWeights> shared;
   RowParallelReduce reduce;  // one sum over the TP group for the routed and shared experts together
@@ -50,7 +53,9 @@ struct ModelWeights {
   std::vector<float> final_norm;
   WeightMatrix lm_head;
   // Bytes of weights one decoded token reads (attention, dense/shared MLPs, top-k experts,
-  // router, lm_head; not the embedding table): the numerator of the bandwidth roofline.
+  // router, lm_head; not the embedding table): the numerator of the bandwidth roofline. Under
+  // TP, this rank's shards; under EP its routed share is top_k * (owned / E) whole experts, what
+  // a token reads here on average with uniform routing (the same bytes as top_k sliced experts).
   size_t active_bytes_per_token = 0;
   int64_t active_params_per_token = 0;  // the same matrices in elements (2 flops each per token)
   size_t total_bytes = 0;
@@ -64,6 +69,8 @@ struct ModelWeights {
 // With a TP group the weights are this rank's shard (model/parallel_linear.h): attention by head,
 // MLPs and every expert by intermediate width, embedding and lm_head by vocabulary (when it
 // divides evenly; whole otherwise); router, norms and the MLA down-projections replicated.
+// With tp.expert_parallel the routed experts are instead this rank's range of whole experts;
+// the others are not bound, so their mapped bytes are never read.
 ModelWeights load_weights(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& quant = {},
                           const TensorParallel& tp = {});
 
