@@ -336,13 +336,18 @@ TEST_F(HttpServerTest, NonStreamingRequestIsAbortedWhenTheClientHangsUp) {
 TEST_F(HttpServerTest, DrainingAnswers503AndHealth503) {
   start();
   RawClient busy(port());
-  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 600))));
+  // Long enough to outlast the probes below on a fast machine (a Release build decodes the tiny
+  // model at thousands of tokens a second), short enough for ASan within the 30 s read.
+  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 6000))));
   const auto deadline = Clock::now() + 3s;
   while (engine_->stats().running == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
   ASSERT_EQ(engine_->stats().running, 1);
   auto stopper = std::async(std::launch::async, [this] { server_->stop(); });
   stopped_ = true;
-  std::this_thread::sleep_for(100ms);
+  const auto drain_deadline = Clock::now() + 3s;
+  while (!server_->draining() && Clock::now() < drain_deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(server_->draining());
+  ASSERT_EQ(engine_->stats().running, 1) << "the in-flight request ended before the probes";
   {
     RawClient c(port());
     ASSERT_TRUE(c.send(post("/v1/completions", long_completion(false, 4))));
