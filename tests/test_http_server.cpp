@@ -338,7 +338,7 @@ TEST_F(HttpServerTest, DrainingAnswers503AndHealth503) {
   RawClient busy(port());
   // Long enough to outlast the probes below on a fast machine (a Release build decodes the tiny
   // model at thousands of tokens a second), short enough for ASan within the 30 s read.
-  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 6000))));
+  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 2000))));
   const auto deadline = Clock::now() + 3s;
   while (engine_->stats().running == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
   ASSERT_EQ(engine_->stats().running, 1);
