@@ -2,10 +2,16 @@
 // Runs a test's ranks as forked child processes (127.0.0.1 only, bounded in time): each child
 // runs the given function and leaves with its return value as exit status, never returning into
 // GoogleTest. A child still running at the deadline is killed and reported as -1.
+//
+// The children start only once all are forked: a child already at work makes the parent's
+// threads (the test's rendezvous store) allocate, and a fork in that moment hands the next child
+// a locked allocator. glibc's malloc survives that; GCC 12's ASan allocator does not (the child
+// hung at its first malloc under load).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -19,10 +25,17 @@ namespace kimi::test {
 inline std::vector<int> run_ranks(int n, const std::function<int(int rank)>& body,
                                   std::chrono::seconds limit = std::chrono::seconds(60)) {
   std::vector<pid_t> pids;
+  int gate[2];  // the children wait for EOF on gate[0]: the parent closes gate[1] after the last fork
+  if (pipe(gate) != 0) throw Error("run_ranks: pipe failed");
   for (int r = 0; r < n; ++r) {
     std::fflush(nullptr);
     const pid_t pid = fork();
     if (pid == 0) {
+      close(gate[1]);
+      char c;
+      while (read(gate[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      close(gate[0]);
       int rc = 100;
       try {
         rc = body(r);
@@ -35,6 +48,8 @@ inline std::vector<int> run_ranks(int n, const std::function<int(int rank)>& bod
     }
     pids.push_back(pid);
   }
+  close(gate[0]);
+  close(gate[1]);  // every child is forked: let them run
   std::vector<int> codes(size_t(n), -2);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   int left = n;
