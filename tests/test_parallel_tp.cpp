@@ -106,6 +106,7 @@ std::string expert_placement_error(const Model& m, int rank, bool ep) {
 // The tiny model over 2 ranks (forked from this test), tensor parallel with or without expert
 // parallelism, against one process: the same greedy tokens, logits to float rounding.
 void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest& quant = {}) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   Trace ref;
@@ -204,6 +205,7 @@ std::vector<std::vector<int32_t>> engine_tokens(Model& model) {
 }
 
 void expect_engine_on_two_ranks_matches_one(bool expert_parallel) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   std::vector<std::vector<int32_t>> ref;

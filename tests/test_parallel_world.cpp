@@ -102,6 +102,7 @@ TEST(ParallelWorld, RankThatNeverJoinsIsAnErrorWithinTheTimeout) {
 }
 
 TEST(ParallelWorld, CollectivesAcrossTwoProcesses) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   TcpStoreServer server("127.0.0.1", 0);  // served by the test, so the children can share its port
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
@@ -140,6 +141,7 @@ TEST(ParallelWorld, CollectivesAcrossTwoProcesses) {
 }
 
 TEST(ParallelWorld, MismatchedFlagsAreAClearErrorOnEveryRank) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   TcpStoreServer server("127.0.0.1", 0);
   const int port = server.port();
   const auto t0 = Clock::now();
@@ -157,6 +159,7 @@ TEST(ParallelWorld, MismatchedFlagsAreAClearErrorOnEveryRank) {
 }
 
 TEST(ParallelWorld, KilledRankIsReportedWithinBoundedTime) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   TcpStoreServer server("127.0.0.1", 0);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
