@@ -158,6 +158,12 @@ int run_serve(int argc, char** argv) {
                  std::string(kvtransfer::kv_role_name(kv_transfer->kv_role)).c_str(), kv_transfer->engine_id.c_str());
     if (kv_transfer->producer()) std::fprintf(stderr, ", listening on %s:%d", kv_transfer->kv_ip.c_str(), *kv_port);
     std::fprintf(stderr, " (UCX_TLS=%s)\n", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "default");
+    if (kv_transfer->consumer())
+      std::fprintf(stderr, "kv transfer: %s\n",
+                   kv_transfer->trusted_producers.empty()
+                       ? "pulls from any producer a request names; pulled KV stays out of the prefix cache "
+                         "(list kv_connector_extra_config.trusted_producers to share it)"
+                       : "pulls only from kv_connector_extra_config.trusted_producers");
   }
 
   ServingConfig sc;

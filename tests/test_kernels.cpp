@@ -18,6 +18,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
 #include "kernels/vec_ops.h"
+#include "test_util.h"
 
 namespace kimi {
 namespace {
@@ -57,11 +58,7 @@ TestWeights make_weights(DType dtype, int64_t rows, int64_t cols, Rng& rng) {
   return w;
 }
 
-std::vector<float> random_floats(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (auto& f : v) f = float(rng.normal());
-  return v;
-}
+using test::random_floats;
 
 // |got - want| within float rounding of a sum whose terms have absolute values summing to `mag`.
 void expect_close(double got, double want, double mag, const std::string& where) {

@@ -102,11 +102,7 @@ class KvKernelsIsa : public ::testing::TestWithParam<Isa> {
   Isa isa() const { return GetParam(); }
 };
 
-std::vector<float> random_floats(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = float(rng.normal());
-  return v;
-}
+using test::random_floats;
 std::vector<uint16_t> random_bf16(size_t n, Rng& rng) {
   std::vector<uint16_t> v(n);
   for (auto& x : v) x = f32_to_bf16(float(rng.normal() * 3));
@@ -123,7 +119,7 @@ std::vector<uint8_t> random_e4m3(size_t n, Rng& rng) {
 
 // Summation order differs between variants: f32 rounding of a length-n sum of terms of total
 // magnitude `mag` is below n * 2^-24 * mag; 1e-6 * (mag + 1) * sqrt-ish slack covers 4099 terms.
-void expect_close(double got, double want, double mag, const std::string& what) {
+void expect_sum_close(double got, double want, double mag, const std::string& what) {
   EXPECT_NEAR(got, want, 2e-6 * mag + 1e-30) << what;
 }
 
@@ -146,8 +142,8 @@ TEST_P(KvKernelsIsa, DotAndAxpyBf16) {
       mag += std::fabs(t);
     }
     const std::string at = " n=" + std::to_string(n);
-    expect_close(dot_bf16(a.data(), b.data(), n, isa()), want, mag, "dot_bf16" + at);
-    expect_close(dot_bf16(a.data(), b.data(), n, isa()), dot_bf16(a.data(), b.data(), n, Isa::Scalar), mag,
+    expect_sum_close(dot_bf16(a.data(), b.data(), n, isa()), want, mag, "dot_bf16" + at);
+    expect_sum_close(dot_bf16(a.data(), b.data(), n, isa()), dot_bf16(a.data(), b.data(), n, Isa::Scalar), mag,
                  "dot_bf16 vs scalar" + at);
     std::vector<float> y = y0;
     y.push_back(99.0f);  // guard
@@ -158,8 +154,8 @@ TEST_P(KvKernelsIsa, DotAndAxpyBf16) {
     for (int64_t i = 0; i < n; ++i) {
       const double w = double(y0[size_t(i)]) + double(s) * bf16_to_f32(b[size_t(i)]);
       const double m = std::fabs(double(y0[size_t(i)])) + std::fabs(double(s) * bf16_to_f32(b[size_t(i)]));
-      expect_close(y[size_t(i)], w, m, "axpy_bf16" + at);
-      expect_close(y[size_t(i)], ys[size_t(i)], m, "axpy_bf16 vs scalar" + at);
+      expect_sum_close(y[size_t(i)], w, m, "axpy_bf16" + at);
+      expect_sum_close(y[size_t(i)], ys[size_t(i)], m, "axpy_bf16 vs scalar" + at);
     }
     ASSERT_EQ(y.back(), 99.0f) << "axpy_bf16 wrote past the end";
   }
@@ -177,8 +173,8 @@ TEST_P(KvKernelsIsa, DotAndAxpyE4m3) {
       mag += std::fabs(t);
     }
     const std::string at = " n=" + std::to_string(n);
-    expect_close(dot_e4m3(a.data(), b.data(), n, isa()), want, mag, "dot_e4m3" + at);
-    expect_close(dot_e4m3(a.data(), b.data(), n, isa()), dot_e4m3(a.data(), b.data(), n, Isa::Scalar), mag,
+    expect_sum_close(dot_e4m3(a.data(), b.data(), n, isa()), want, mag, "dot_e4m3" + at);
+    expect_sum_close(dot_e4m3(a.data(), b.data(), n, isa()), dot_e4m3(a.data(), b.data(), n, Isa::Scalar), mag,
                  "dot_e4m3 vs scalar" + at);
     std::vector<float> y = y0;
     y.push_back(99.0f);
@@ -188,9 +184,9 @@ TEST_P(KvKernelsIsa, DotAndAxpyE4m3) {
     axpy_e4m3(ys.data(), s, b.data(), n, Isa::Scalar);
     for (int64_t i = 0; i < n; ++i) {
       const double v = fp8_e4m3_to_f32(b[size_t(i)]);
-      expect_close(y[size_t(i)], double(y0[size_t(i)]) + double(s) * v,
+      expect_sum_close(y[size_t(i)], double(y0[size_t(i)]) + double(s) * v,
                    std::fabs(double(y0[size_t(i)])) + std::fabs(double(s) * v), "axpy_e4m3" + at);
-      expect_close(y[size_t(i)], ys[size_t(i)], std::fabs(double(y0[size_t(i)])) + std::fabs(double(s) * v),
+      expect_sum_close(y[size_t(i)], ys[size_t(i)], std::fabs(double(y0[size_t(i)])) + std::fabs(double(s) * v),
                    "axpy_e4m3 vs scalar" + at);
     }
     ASSERT_EQ(y.back(), 99.0f) << "axpy_e4m3 wrote past the end";

@@ -283,7 +283,9 @@ TEST_F(KvTransferTest, BlocksMoveInChunksOfAnySize) {
 TEST_F(KvTransferTest, ConsumerPrefixCacheHitPullsOnlyWhatIsMissing) {
   Engine& single = engine(config(KvCacheDtype::BFloat16));
   Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
-  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")));
+  // Only a listed producer's KV is shared through the prefix cache.
+  Engine& d = engine(config(KvCacheDtype::BFloat16,
+                            role_json("kv_consumer", R"(,"kv_connector_extra_config":{"trusted_producers":["127.0.0.1"]})")));
   const auto shared = prompt(7, 30);
   const auto want = single.generate({shared}, greedy(6))[0][0].token_ids;
   const int64_t block_bytes = int64_t(KvStorage::bytes_per_block(model_->config(), 4, KvCacheDtype::BFloat16));
@@ -300,6 +302,44 @@ TEST_F(KvTransferTest, ConsumerPrefixCacheHitPullsOnlyWhatIsMissing) {
   const auto want_other = single.generate({other}, greedy(6))[0][0].token_ids;
   EXPECT_EQ(decode(d, "c", other, prefill(p, "c", other), 6).tokens, want_other);
   EXPECT_EQ(ucx(d).bytes_pulled(), 11 * block_bytes);
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+}
+
+// A client names the producer: without a list the consumer pulls from any but shares none of that
+// KV (a client's own peer could plant KV for a prompt others send); with one it refuses the rest.
+TEST_F(KvTransferTest, KvFromAnUnlistedProducerStaysOutOfThePrefixCache) {
+  Engine& single = engine(config(KvCacheDtype::BFloat16));
+  Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
+  Engine& d = engine(config(KvCacheDtype::BFloat16, role_json("kv_consumer")));
+  const auto shared = prompt(7, 30);
+  const auto want = single.generate({shared}, greedy(6))[0][0].token_ids;
+  const int64_t block_bytes = int64_t(KvStorage::bytes_per_block(model_->config(), 4, KvCacheDtype::BFloat16));
+  EXPECT_EQ(decode(d, "a", shared, prefill(p, "a", shared), 6).tokens, want);
+  EXPECT_EQ(decode(d, "b", shared, prefill(p, "b", shared), 6).tokens, want);
+  EXPECT_EQ(ucx(d).bytes_pulled(), 14 * block_bytes);  // pulled twice: nothing was cached
+  EXPECT_EQ(d.stats().prefix_hits, 0);
+  // Its own requests still share their blocks.
+  EXPECT_EQ(d.generate({shared}, greedy(6))[0][0].token_ids, want);
+  EXPECT_EQ(d.generate({shared}, greedy(6))[0][0].token_ids, want);
+  EXPECT_EQ(d.stats().prefix_hits, 28);
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+
+  // Listed by host and port: another port of the same host is refused before anything is pulled.
+  const std::string listed = "127.0.0.1:" + std::to_string(ucx(p).port());
+  Engine& strict = engine(config(KvCacheDtype::BFloat16,
+                                 role_json("kv_consumer", R"(,"kv_connector_extra_config":{"trusted_producers":[")" +
+                                                              listed + R"("]})")));
+  SamplingParams s = greedy(2);
+  s.kv_transfer_params = remote_at(dead_port(), {0, 1, 2, 3, 4, 5, 6, 7}, 30);
+  try {
+    strict.add_request("c", shared, s);
+    ADD_FAILURE() << "an unlisted producer was accepted";
+  } catch (const ParamError& e) {
+    EXPECT_NE(std::string(e.what()).find("trusted_producers"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(decode(strict, "d", shared, prefill(p, "d", shared), 6).tokens, want);
+  EXPECT_EQ(decode(strict, "e", shared, prefill(p, "e", shared), 6).tokens, want);
+  EXPECT_EQ(ucx(strict).bytes_pulled(), 7 * block_bytes);  // the second found the first's blocks
   EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
 }
 
@@ -576,6 +616,15 @@ TEST(KvTransferConfigTest, ParsesVllmFieldsAndRejectsUnknownOnes) {
   EXPECT_NE(error(R"({"kv_connector":"NixlConnector","kv_role":"kv_both","kv_connector_extra_config":{"x":1}})").find("unknown kv_connector_extra_config key 'x'"), std::string::npos);
   EXPECT_NE(error(R"({"kv_connector":"NixlConnector","kv_role":"leader"})").find("kv_role must be"), std::string::npos);
   EXPECT_NE(error("[1]").find("JSON object"), std::string::npos);
+  EXPECT_NE(error(R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"trusted_producers":"h"}})").find("trusted_producers must be an array"), std::string::npos);
+  EXPECT_NE(error(R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"trusted_producers":[""]}})").find("each entry"), std::string::npos);
+  const auto t = parse_kv_transfer_config(
+      R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"trusted_producers":["10.0.0.1","10.0.0.2:7000"]}})");
+  EXPECT_EQ(t.trust("10.0.0.1", 5), ProducerTrust::Listed);
+  EXPECT_EQ(t.trust("10.0.0.2", 7000), ProducerTrust::Listed);
+  EXPECT_EQ(t.trust("10.0.0.2", 7001), ProducerTrust::Refused);
+  EXPECT_EQ(t.trust("10.0.0.3", 7000), ProducerTrust::Refused);
+  EXPECT_EQ(d.trust("anything", 1), ProducerTrust::Unlisted);
 }
 
 }  // namespace

@@ -147,15 +147,18 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
                            {"remote_block_ids", nullptr}, {"remote_host", nullptr}, {"remote_port", nullptr}};
   const std::string prompt = "The quick brown fox jumps over the lazy dog, and then the dog chases the fox around the farm";
   const json base = {{"prompt", prompt}, {"temperature", 0}, {"ignore_eos", true}};
+  // The proxy's prefill half of a request: one token, the KV kept for a remote decode.
+  const auto prefill = [&](const std::string& path, json req) {
+    req["max_tokens"] = 1;
+    req["kv_transfer_params"] = to_prefill;
+    return post(prod.port(), path, req);
+  };
 
   // /v1/completions
   json want_req = base;
   want_req["max_tokens"] = 12;
   const json want = post(single.port(), "/v1/completions", want_req);
-  json p_req = base;
-  p_req["max_tokens"] = 1;
-  p_req["kv_transfer_params"] = to_prefill;
-  const json p_resp = post(prod.port(), "/v1/completions", p_req);
+  const json p_resp = prefill("/v1/completions", base);
   ASSERT_TRUE(p_resp.contains("kv_transfer_params")) << p_resp.dump();
   const json kv = p_resp["kv_transfer_params"];
   EXPECT_EQ(kv["do_remote_prefill"], true);
@@ -171,7 +174,7 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   EXPECT_EQ(kv["remote_num_tokens"], got["usage"]["prompt_tokens"]);
 
   // The same through a streamed decode.
-  const json p_again = post(prod.port(), "/v1/completions", p_req);
+  const json p_again = prefill("/v1/completions", base);
   json d_stream = want_req;
   d_stream["kv_transfer_params"] = p_again["kv_transfer_params"];
   EXPECT_EQ(streamed_text(cons.port(), d_stream), want["choices"][0]["text"].get<std::string>());
@@ -181,10 +184,7 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   json cw = chat;
   cw["max_tokens"] = 10;
   const json chat_want = post(single.port(), "/v1/chat/completions", cw);
-  json cp = chat;
-  cp["max_tokens"] = 1;
-  cp["kv_transfer_params"] = to_prefill;
-  const json cp_resp = post(prod.port(), "/v1/chat/completions", cp);
+  const json cp_resp = prefill("/v1/chat/completions", chat);
   ASSERT_TRUE(cp_resp.contains("kv_transfer_params")) << cp_resp.dump();
   json cd = cw;
   cd["kv_transfer_params"] = cp_resp["kv_transfer_params"];
@@ -199,14 +199,11 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   EXPECT_NE(metrics.find("kimi:kv_transfer_failures_total{model_name=\""), std::string::npos) << metrics;
 
   // A prefill whose producer dies before the decoder pulls: the decoder recomputes.
-  // (Another prompt: this one's blocks are in the consumer's prefix cache now.)
+  // (Another prompt, so that nothing of it can come from a cache.)
   json other = want_req;
   other["prompt"] = "Once upon a time in a land far away there lived a king who had three daughters and a goat";
   const json other_want = post(single.port(), "/v1/completions", other);
-  json p_other = other;
-  p_other["max_tokens"] = 1;
-  p_other["kv_transfer_params"] = to_prefill;
-  const json held = post(prod.port(), "/v1/completions", p_other)["kv_transfer_params"];
+  const json held = prefill("/v1/completions", other)["kv_transfer_params"];
   prod.stop(SIGKILL);
   json late = other;
   late["kv_transfer_params"] = held;
@@ -216,7 +213,9 @@ TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
 
   // kv_transfer_params on a server without a connector: a 400 naming the field.
   int status = 0;
-  const json refused = post(single.port(), "/v1/completions", p_req, &status);
+  json with_params = base;
+  with_params["kv_transfer_params"] = to_prefill;
+  const json refused = post(single.port(), "/v1/completions", with_params, &status);
   EXPECT_EQ(status, 400) << refused.dump();
 }
 

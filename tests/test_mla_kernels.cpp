@@ -18,12 +18,12 @@
 namespace kimi {
 namespace {
 
-struct Case {
+struct MlaCase {
   Isa isa;
   KvCacheDtype dtype;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& p) {
+std::string case_name(const ::testing::TestParamInfo<MlaCase>& p) {
   return std::string(isa_name(p.param.isa)) + "_" + std::string(kv_cache_dtype_name(p.param.dtype));
 }
 
@@ -69,7 +69,7 @@ std::vector<float> normals(size_t n, Rng& rng) {
   return v;
 }
 
-class MlaKernels : public ::testing::TestWithParam<Case> {
+class MlaKernels : public ::testing::TestWithParam<MlaCase> {
  protected:
   void SetUp() override {
     if (!isa_supported(GetParam().isa)) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam().isa);
@@ -163,15 +163,15 @@ TEST(MlaKernelsArgs, RejectsHeadCountsOutsideTheRegisterTile) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsasAndDtypes, MlaKernels,
-                         ::testing::Values(Case{Isa::Scalar, KvCacheDtype::Float32},
-                                           Case{Isa::Scalar, KvCacheDtype::BFloat16},
-                                           Case{Isa::Scalar, KvCacheDtype::Fp8E4m3},
-                                           Case{Isa::Avx2, KvCacheDtype::Float32},
-                                           Case{Isa::Avx2, KvCacheDtype::BFloat16},
-                                           Case{Isa::Avx2, KvCacheDtype::Fp8E4m3},
-                                           Case{Isa::Avx512, KvCacheDtype::Float32},
-                                           Case{Isa::Avx512, KvCacheDtype::BFloat16},
-                                           Case{Isa::Avx512, KvCacheDtype::Fp8E4m3}),
+                         ::testing::Values(MlaCase{Isa::Scalar, KvCacheDtype::Float32},
+                                           MlaCase{Isa::Scalar, KvCacheDtype::BFloat16},
+                                           MlaCase{Isa::Scalar, KvCacheDtype::Fp8E4m3},
+                                           MlaCase{Isa::Avx2, KvCacheDtype::Float32},
+                                           MlaCase{Isa::Avx2, KvCacheDtype::BFloat16},
+                                           MlaCase{Isa::Avx2, KvCacheDtype::Fp8E4m3},
+                                           MlaCase{Isa::Avx512, KvCacheDtype::Float32},
+                                           MlaCase{Isa::Avx512, KvCacheDtype::BFloat16},
+                                           MlaCase{Isa::Avx512, KvCacheDtype::Fp8E4m3}),
                          case_name);
 
 }  // namespace

@@ -21,48 +21,9 @@
 namespace kimi {
 namespace {
 
-test::CmdResult run_bounded(const std::string& args, const std::string& redirect) {
-  const std::string cmd = "timeout -s KILL 120 " + std::string(KIMI_BINARY) + " " + args + " " + redirect;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 int free_port() {
   TcpStoreServer probe("127.0.0.1", 0);
   return probe.port();
-}
-
-TEST(ParallelCli, GenerateWithTwoTensorParallelRanksGivesTheTokensOfOne) {
-  test::TempDir dir;
-  const auto model = test::make_tiny_model(dir);
-  const std::string base = "generate --model " + model.string() +
-                           " --prompt-ids 5,17,300,42,1000 --max-tokens 12 --ignore-eos --json --threads 1";
-  const auto one = run_bounded(base, "2>/dev/null");
-  ASSERT_EQ(one.status, 0) << one.out;
-  const auto two = run_bounded(base + " -tp 2 --data-parallel-rpc-port " + std::to_string(free_port()), "2>&1");
-  ASSERT_EQ(two.status, 0) << two.out;
-  // The --json line is the last one that opens an object (the tp run's stderr comes before it).
-  const auto result = [](const std::string& out) {
-    const size_t line = out.rfind("\n{");
-    return nlohmann::json::parse(out.substr(line == std::string::npos ? out.find('{') : line + 1));
-  };
-  const auto tokens = [&](const std::string& out) { return result(out)["tokens"].get<std::vector<int>>(); };
-  EXPECT_EQ(tokens(two.out), tokens(one.out));
-  EXPECT_EQ(tokens(one.out).size(), 12u);
-  // Rank 0 counted its collectives: all-reduces every layer, the step broadcasts.
-  const auto tp = result(two.out)["tensor_parallel"];
-  EXPECT_EQ(tp["size"], 2) << two.out;
-  EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << two.out;
-  EXPECT_GT(tp["all_reduce"]["bytes"].get<int64_t>(), 0) << two.out;
-  EXPECT_GT(tp["broadcast"]["calls"].get<int64_t>(), 0) << two.out;
-  EXPECT_EQ(tp["expert_parallel"], false) << two.out;
-  EXPECT_FALSE(result(one.out).contains("tensor_parallel"));
 }
 
 // The --json line: the last one that opens an object (a tp run's stderr comes before it).
@@ -71,40 +32,66 @@ nlohmann::json json_result(const std::string& out) {
   return nlohmann::json::parse(out.substr(line == std::string::npos ? out.find('{') : line + 1));
 }
 
+// One tiny model and the tokens one process generates from it, shared by the tests that compare
+// parallel runs against them.
+class ParallelCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<test::TempDir>();
+    model_ = test::make_tiny_model(*dir_).string();
+    const auto one = test::run_kimi(generate(), {.keep_stderr = false, .timeout_s = 120});
+    ASSERT_EQ(one.status, 0) << one.out;
+    EXPECT_FALSE(json_result(one.out).contains("tensor_parallel"));
+    tokens_ = json_result(one.out)["tokens"].get<std::vector<int>>();
+    ASSERT_EQ(tokens_.size(), 12u);
+  }
+  static void TearDownTestSuite() { dir_.reset(); }
+
+  static std::string generate() {
+    return "generate --model " + model_ + " --prompt-ids 5,17,300,42,1000 --max-tokens 12 --ignore-eos --json --threads 1";
+  }
+  static test::CmdResult run(const std::string& args) { return test::run_kimi(args, {.timeout_s = 120}); }
+
+  static inline std::unique_ptr<test::TempDir> dir_;
+  static inline std::string model_;
+  static inline std::vector<int> tokens_;
+};
+
+TEST_F(ParallelCli, GenerateWithTwoTensorParallelRanksGivesTheTokensOfOne) {
+  const auto two = run(generate() + " -tp 2 --data-parallel-rpc-port " + std::to_string(free_port()));
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_EQ(json_result(two.out)["tokens"].get<std::vector<int>>(), tokens_);
+  // Rank 0 counted its collectives: all-reduces every layer, the step broadcasts.
+  const auto tp = json_result(two.out)["tensor_parallel"];
+  EXPECT_EQ(tp["size"], 2) << two.out;
+  EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << two.out;
+  EXPECT_GT(tp["all_reduce"]["bytes"].get<int64_t>(), 0) << two.out;
+  EXPECT_GT(tp["broadcast"]["calls"].get<int64_t>(), 0) << two.out;
+  EXPECT_EQ(tp["expert_parallel"], false) << two.out;
+}
+
 // --enable-expert-parallel: each of the 2 ranks holds 8 of the tiny model's 16 experts whole.
-TEST(ParallelCli, GenerateWithExpertParallelGivesTheTokensOfOne) {
-  test::TempDir dir;
-  const auto model = test::make_tiny_model(dir);
-  const std::string base = "generate --model " + model.string() +
-                           " --prompt-ids 5,17,300,42,1000 --max-tokens 12 --ignore-eos --json --threads 1";
-  const auto one = run_bounded(base, "2>/dev/null");
-  ASSERT_EQ(one.status, 0) << one.out;
-  const auto ep = run_bounded(base + " -tp 2 --enable-expert-parallel --data-parallel-rpc-port " +
-                                  std::to_string(free_port()),
-                              "2>&1");
+TEST_F(ParallelCli, GenerateWithExpertParallelGivesTheTokensOfOne) {
+  const auto ep = run(generate() + " -tp 2 --enable-expert-parallel --data-parallel-rpc-port " + std::to_string(free_port()));
   ASSERT_EQ(ep.status, 0) << ep.out;
-  const auto tokens = json_result(one.out)["tokens"].get<std::vector<int>>();
-  EXPECT_EQ(tokens.size(), 12u);
-  EXPECT_EQ(json_result(ep.out)["tokens"].get<std::vector<int>>(), tokens);
+  EXPECT_EQ(json_result(ep.out)["tokens"].get<std::vector<int>>(), tokens_);
   const auto tp = json_result(ep.out)["tensor_parallel"];
   EXPECT_EQ(tp["size"], 2) << ep.out;
   EXPECT_EQ(tp["expert_parallel"], true) << ep.out;
   EXPECT_GT(tp["all_reduce"]["calls"].get<int64_t>(), 0) << ep.out;
 
   // With tp 1 the flag is accepted and changes nothing (vLLM's expert-parallel size is tp * dp).
-  const auto alone = run_bounded(base + " --enable-expert-parallel", "2>&1");
+  const auto alone = run(generate() + " --enable-expert-parallel");
   ASSERT_EQ(alone.status, 0) << alone.out;
-  EXPECT_EQ(json_result(alone.out)["tokens"].get<std::vector<int>>(), tokens);
+  EXPECT_EQ(json_result(alone.out)["tokens"].get<std::vector<int>>(), tokens_);
   EXPECT_NE(alone.out.find("no effect"), std::string::npos) << alone.out;
 }
 
 // The ranks' identity includes the flag: a worker rank started with --enable-expert-parallel
 // refuses to join a rank 0 that runs without it (here the test stands in for rank 0, publishing
 // the identity `kimi generate -tp 2` has without the flag), naming both.
-TEST(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
-  test::TempDir dir;
-  const auto model = test::make_tiny_model(dir);
-  std::ifstream f(model / "config.json", std::ios::binary);
+TEST_F(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
+  std::ifstream f(std::filesystem::path(model_) / "config.json", std::ios::binary);
   std::stringstream config;
   config << f.rdbuf();
   TcpStoreServer store("127.0.0.1", 0);
@@ -112,44 +99,34 @@ TEST(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
   TcpStore("127.0.0.1", store.port(), std::chrono::seconds(10))
       .prefixed("identity/")
       .set("0", std::vector<char>(rank0.begin(), rank0.end()));
-  const auto worker = run_bounded("generate --model " + model.string() +
+  const auto worker = run("generate --model " + model_ +
                                       " --prompt-ids 5,17 --max-tokens 1 --threads 1 -tp 2 --tensor-parallel-rank=1"
                                       " --enable-expert-parallel --parallel-timeout 10 --data-parallel-rpc-port " +
-                                      std::to_string(store.port()),
-                                  "2>&1");
+                                      std::to_string(store.port()));
   EXPECT_NE(worker.status, 0) << worker.out;
   EXPECT_NE(worker.out.find("different model or parallel flags"), std::string::npos) << worker.out;
   EXPECT_NE(worker.out.find("ep=0"), std::string::npos) << worker.out;
   EXPECT_NE(worker.out.find("ep=1"), std::string::npos) << worker.out;
 }
 
-TEST(ParallelCli, FlagsNotBuiltYetAreRefused) {
-  test::TempDir dir;
-  const auto model = test::make_tiny_model(dir);
-  const std::string base = "generate --model " + model.string() + " --prompt-ids 5,17 --max-tokens 1 ";
+TEST_F(ParallelCli, FlagsNotBuiltYetAreRefused) {
+  const std::string base = "generate --model " + model_ + " --prompt-ids 5,17 --max-tokens 1 ";
   for (const std::string flags : {"-dp 2", "--data-parallel-size=2", "--headless",
                                   "--data-parallel-size 2 --data-parallel-start-rank 1",
                                   "-dp 2 -tp 2 --enable-expert-parallel"}) {
-    const auto r = run_bounded(base + flags, "2>&1");
+    const auto r = run(base + flags);
     EXPECT_NE(r.status, 0) << flags;
     EXPECT_NE(r.out.find("not supported yet"), std::string::npos) << flags << ": " << r.out;
   }
-  const auto bad = run_bounded(base + "-tp 0", "2>&1");
+  const auto bad = run(base + "-tp 0");
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("--tensor-parallel-size"), std::string::npos) << bad.out;
 }
 
-}  // namespace
-}  // namespace kimi
-
-namespace kimi {
-namespace {
-
 // `kimi serve -tp 2`, its worker rank killed: the server reports the lost rank and exits non-zero
 // in bounded time, without waiting for a request to notice.
-TEST(ParallelCli, ServerExitsWhenAWorkerRankIsKilled) {
+TEST_F(ParallelCli, ServerExitsWhenAWorkerRankIsKilled) {
   test::TempDir dir;
-  const auto model = test::make_tiny_model(dir);
   const int port = free_port(), rpc = free_port();
   const auto log = dir.path() / "serve.log";
   std::fflush(nullptr);
@@ -158,7 +135,7 @@ TEST(ParallelCli, ServerExitsWhenAWorkerRankIsKilled) {
     FILE* f = std::freopen(log.c_str(), "w", stderr);
     if (!f || dup2(fileno(stderr), 1) < 0) _exit(126);
     const std::string ports[] = {std::to_string(port), std::to_string(rpc)};
-    execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "-tp", "2", "--port", ports[0].c_str(),
+    execl(KIMI_BINARY, KIMI_BINARY, "serve", model_.c_str(), "-tp", "2", "--port", ports[0].c_str(),
           "--data-parallel-rpc-port", ports[1].c_str(), "--threads", "1", "--kv-cache-memory", "16000000", "--max-model-len", "512",
           static_cast<char*>(nullptr));
     _exit(127);

@@ -9,6 +9,7 @@
 #include "parallel/tcp_store.h"
 #include "parallel/world.h"
 #include "parallel_ranks.h"
+#include "test_util.h"
 
 namespace kimi {
 namespace {
@@ -19,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 std::vector<char> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using test::seconds_since;
 
 TEST(ParallelStore, SetGetWaitAndPrefixes) {
   TcpStoreServer server("127.0.0.1", 0);

@@ -37,7 +37,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using proxy::ojson;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using test::seconds_since;
 
 // Waits (bounded) until pred() holds.
 bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds within = 5000ms) {

@@ -11,13 +11,13 @@ using parser_test::cut;
 
 const std::string kSection = "<|tool_calls_section_begin|>";
 
-struct Case {
+struct ParserCase {
   std::string text;
   std::optional<std::string> reasoning;
   std::string content;
 };
 
-void expect_extract(const KimiK2ReasoningParser& p, const Case& c) {
+void expect_extract(const KimiK2ReasoningParser& p, const ParserCase& c) {
   const auto r = p.extract(c.text);
   EXPECT_EQ(r.reasoning, c.reasoning) << c.text;
   EXPECT_EQ(r.content, c.content) << c.text;
@@ -26,7 +26,7 @@ void expect_extract(const KimiK2ReasoningParser& p, const Case& c) {
 TEST(ReasoningParser, WholeText) {
   const KimiK2ReasoningParser p;
   const std::string call = "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>";
-  const std::vector<Case> cases = {
+  const std::vector<ParserCase> cases = {
       {"<think>Let me think.</think>The answer is 4.", "Let me think.", "The answer is 4."},
       // The K2.5 prompt ends with <think>: the output starts with the reasoning itself.
       {"Let me think.</think>The answer is 4.", "Let me think.", "The answer is 4."},
@@ -54,7 +54,7 @@ TEST(ReasoningParser, WholeText) {
       {"<thin", "<thin", ""},
       {"推理。</think>答案", "推理。", "答案"},
   };
-  for (const Case& c : cases) expect_extract(p, c);
+  for (const ParserCase& c : cases) expect_extract(p, c);
 }
 
 TEST(ReasoningParser, ThinkingOffIsAllContent) {

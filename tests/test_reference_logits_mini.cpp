@@ -27,7 +27,7 @@ float tolerance(const float* golden_row, int64_t vocab) {
   return std::max(1e-4f, 1e-5f * m);
 }
 
-struct Case {
+struct MiniCase {
   std::vector<int32_t> ids;
   std::vector<float> logits;
 };
@@ -43,7 +43,7 @@ class ReferenceLogitsMini : public ::testing::Test {
     ASSERT_TRUE(in) << "missing " << gold / "cases.json";
     const nlohmann::json j = nlohmann::json::parse(in);
     for (const auto& c : j["cases"]) {
-      Case g;
+      MiniCase g;
       g.ids = c["ids"].get<std::vector<int32_t>>();
       ASSERT_EQ(c["shape"][1].get<int64_t>(), vocab());
       g.logits.resize(g.ids.size() * size_t(vocab()));
@@ -56,7 +56,7 @@ class ReferenceLogitsMini : public ::testing::Test {
   }
   int64_t vocab() const { return model_->config().vocab_size; }
 
-  void expect_rows_match(const Case& g, const std::vector<float>& logits, size_t first_row, const char* what) {
+  void expect_rows_match(const MiniCase& g, const std::vector<float>& logits, size_t first_row, const char* what) {
     const size_t V = size_t(vocab()), rows = logits.size() / V;
     for (size_t r = 0; r < rows; ++r) {
       const float* want = &g.logits[(first_row + r) * V];
@@ -77,13 +77,13 @@ class ReferenceLogitsMini : public ::testing::Test {
   }
 
   std::unique_ptr<Model> model_;
-  std::vector<Case> cases_;
+  std::vector<MiniCase> cases_;
 };
 
 TEST_F(ReferenceLogitsMini, PrefillMatchesInBothAttentionForms) {
   for (AttentionMode mode : {AttentionMode::Naive, AttentionMode::Absorbed}) {
     model_->set_attention_mode(mode);
-    for (const Case& g : cases_) {
+    for (const MiniCase& g : cases_) {
       KvCache cache = model_->new_cache(int64_t(g.ids.size()));
       expect_rows_match(g, forward_sequence(*model_, g.ids, cache, true), 0,
                         mode == AttentionMode::Naive ? "naive prefill" : "absorbed prefill");
@@ -93,7 +93,7 @@ TEST_F(ReferenceLogitsMini, PrefillMatchesInBothAttentionForms) {
 
 TEST_F(ReferenceLogitsMini, DecodeTokenByTokenMatches) {
   model_->set_attention_mode(AttentionMode::Absorbed);
-  for (const Case& g : cases_) {
+  for (const MiniCase& g : cases_) {
     KvCache cache = model_->new_cache(int64_t(g.ids.size()));
     for (size_t t = 0; t < g.ids.size(); ++t) expect_rows_match(g, forward_sequence(*model_, {&g.ids[t], 1}, cache), t, "decode");
   }

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,8 +13,10 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
+#include "common/rng.h"
 #include "engine/sampling_params.h"
 #include "model/model.h"
 #include "modelgen/make_model.h"
@@ -117,16 +120,23 @@ inline void on_stack(size_t bytes, const std::function<void()>& f) {
   EXPECT_EQ(call.error, "");
 }
 
-// What a run of the built `kimi` binary gave: its exit status (-1 when it did not exit normally)
-// and everything it wrote to stdout and stderr.
+// What a run of the built `kimi` binary gave: its exit status (as the shell reports it: 128 + N
+// for a child ended by signal N, 137 when the time limit killed it) and what it wrote to stdout
+// (and stderr, unless discarded).
 struct CmdResult {
   int status;
   std::string out;
 };
 
-// Runs `kimi ARGS` through the shell (so ARGS may redirect stdin), capturing stdout and stderr together.
-inline CmdResult run_kimi(const std::string& args) {
-  const std::string cmd = std::string(KIMI_BINARY) + " " + args + " 2>&1";
+struct RunOptions {
+  bool keep_stderr = true;  // false: stderr goes to /dev/null (a --json line on stdout stays parseable)
+  int timeout_s = 300;      // killed after this long, so a hung child fails its test instead of CI
+};
+
+// Runs `kimi ARGS` through the shell (so ARGS may redirect stdin), capturing its output.
+inline CmdResult run_kimi(const std::string& args, const RunOptions& opt = {}) {
+  const std::string cmd = "timeout -s KILL " + std::to_string(opt.timeout_s) + " " + std::string(KIMI_BINARY) + " " +
+                          args + (opt.keep_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
     ADD_FAILURE() << "popen failed for: " << cmd;
@@ -167,6 +177,18 @@ inline std::string error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "expected kimi::Error, nothing was thrown";
   return {};
+}
+
+// Seconds of the steady clock since t.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// n standard-normal floats.
+inline std::vector<float> random_floats(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(rng.normal());
+  return v;
 }
 
 }  // namespace kimi::test

@@ -171,6 +171,9 @@ void Engine::validate(const std::vector<int32_t>& prompt, const SamplingParams& 
                          "do_remote_prefill needs a server started with --kv-transfer-config and kv_role kv_consumer or kv_both");
       if (kt->remote_host.empty() || kt->remote_port <= 0 || kt->remote_port > 65535)
         throw ParamError("kv_transfer_params", "do_remote_prefill needs remote_host and remote_port");
+      if (connector_->producer_trust(kt->remote_host, kt->remote_port) == ProducerTrust::Refused)
+        throw ParamError("kv_transfer_params", "the producer " + kt->remote_host + ":" + std::to_string(kt->remote_port) +
+                                                   " is not among this server's kv_connector_extra_config.trusted_producers");
       // The held KV is that of the producer's prompt: another prompt here would read wrong rows.
       if (kt->remote_num_tokens > 0 && kt->remote_num_tokens != len)
         throw ParamError("kv_transfer_params", "kv_transfer_params.remote_num_tokens (" + std::to_string(kt->remote_num_tokens) +
@@ -206,6 +209,8 @@ void Engine::add_request(const std::string& id, std::vector<int32_t> prompt, Sam
     r->priority = priority;
     r->arrival = next_arrival_++;
     r->eos_token_ids = eos_ids_;
+    if (const auto& kt = params.kv_transfer_params; kt && kt->do_remote_prefill)
+      r->shares_kv = connector_->producer_trust(kt->remote_host, kt->remote_port) == ProducerTrust::Listed;
     // A request's own seed makes it reproducible whatever runs beside it; otherwise the engine's
     // seed and the admission order decide.
     r->seed = params.seed ? *params.seed + uint64_t(i) : hash_seed(config_.seed, r->id.c_str()) ^ r->arrival;

@@ -72,7 +72,7 @@ bool KvCacheManager::allocate_slots(Request& r, int64_t num_new_tokens, const Pr
 }
 
 void KvCacheManager::cache_blocks(const Request& r, int64_t num_final_tokens) {
-  if (!pool_.caching()) return;
+  if (!pool_.caching() || !r.shares_kv) return;
   auto it = tables_.find(r.id);
   if (it == tables_.end()) return;
   Table& t = it->second;

@@ -51,7 +51,7 @@ class KvCacheManager {
                       int64_t num_lookahead_tokens = 0, int64_t num_external_computed_tokens = 0);
   // Registers the full blocks among r's first num_final_tokens tokens in the prefix cache, so
   // later requests can reuse them. Tokens past num_final_tokens (drafts, KV still in flight) are
-  // never registered.
+  // never registered, nor are the blocks of a request that does not share its KV (!r.shares_kv).
   void cache_blocks(const Request& r, int64_t num_final_tokens);
   // Rolls r back to its first num_tokens tokens: releases the blocks past them, and forgets the
   // prefix-cache registration of any block whose content will now change. A block that others

@@ -61,6 +61,12 @@ struct KvHoldRequest {
 
 enum class KvLoadFailurePolicy { Recompute, Fail };
 
+// What a consumer makes of the producer a request's kv_transfer_params name. The client names
+// it, so a client could point a consumer at a peer of its own and plant KV for a prompt that
+// others send too: only KV from a listed producer enters the prefix cache that other requests
+// read. Refused: a list is configured and the producer is not on it.
+enum class ProducerTrust { Refused, Unlisted, Listed };
+
 class KvConnector {
  public:
   virtual ~KvConnector() = default;
@@ -68,6 +74,7 @@ class KvConnector {
   virtual bool is_producer() const = 0;
   virtual bool is_consumer() const = 0;
   virtual KvLoadFailurePolicy load_failure_policy() const = 0;
+  virtual ProducerTrust producer_trust(const std::string& host, int64_t port) const = 0;
 
   // Producer: keep these blocks for a consumer to pull; returns the response's kv_transfer_params.
   virtual KvTransferParams hold(const KvHoldRequest& held) = 0;

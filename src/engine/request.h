@@ -37,6 +37,7 @@ struct Request {
   bool sent_to_executor = false;    // the executor holds its NewRequestData
   std::vector<int32_t> draft_token_ids;  // proposed last step, to verify in the next
   RemoteKvState remote_kv = RemoteKvState::None;
+  bool shares_kv = true;  // its blocks may enter the prefix cache (false: KV from an unlisted producer)
 
   int64_t num_tokens() const { return int64_t(prompt.size() + output.size()); }
   int32_t token_at(int64_t i) const {

@@ -93,9 +93,16 @@ KvTransferConfig parse_kv_transfer_config(std::string_view text) {
           // NIXL's backend list: UCX is the one this connector speaks.
           if (!x.is_array() || std::find(x.begin(), x.end(), json("UCX")) == x.end())
             bad("kv_connector_extra_config.backends must include \"UCX\"");
+        } else if (k == "trusted_producers") {
+          if (!x.is_array()) bad("kv_connector_extra_config.trusted_producers must be an array of \"host\" or \"host:port\"");
+          for (const auto& h : x) {
+            if (!h.is_string() || h.get<std::string>().empty() || h.get<std::string>().front() == ':')
+              bad("kv_connector_extra_config.trusted_producers: each entry is a non-empty \"host\" or \"host:port\"");
+            c.trusted_producers.push_back(h.get<std::string>());
+          }
         } else {
           bad("unknown kv_connector_extra_config key '" + k +
-              "' (accepted: abort_request_timeout, transfer_timeout, transfer_chunk_bytes, backends)");
+              "' (accepted: abort_request_timeout, transfer_timeout, transfer_chunk_bytes, backends, trusted_producers)");
         }
       }
     } else {
@@ -108,6 +115,14 @@ KvTransferConfig parse_kv_transfer_config(std::string_view text) {
   if (!role_given) bad("kv_role is required with a connector (kv_producer, kv_consumer or kv_both)");
   if (c.engine_id.empty()) c.engine_id = random_engine_id();
   return c;
+}
+
+ProducerTrust KvTransferConfig::trust(const std::string& host, int64_t port) const {
+  if (trusted_producers.empty()) return ProducerTrust::Unlisted;
+  const std::string with_port = host + ":" + std::to_string(port);
+  for (const std::string& t : trusted_producers)
+    if (t == host || t == with_port) return ProducerTrust::Listed;
+  return ProducerTrust::Refused;
 }
 
 }  // namespace kimi::kvtransfer

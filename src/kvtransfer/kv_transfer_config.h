@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/kv_connector.h"
 
@@ -23,9 +24,14 @@ struct KvTransferConfig {
   double abort_request_timeout_s = 120;  // a producer frees held blocks nobody pulled by then
   double transfer_timeout_s = 30;        // a consumer gives up a load (connect + pull) after this
   int64_t transfer_chunk_bytes = int64_t(16) << 20;  // blocks move in chunks of about this size
+  // trusted_producers (ours, not vLLM's): "host" or "host:port" entries. Empty: a consumer pulls
+  // from any producer a request names but keeps that KV out of its prefix cache; set: it pulls
+  // only from these, and shares what it pulled.
+  std::vector<std::string> trusted_producers;
 
   bool producer() const { return kv_role != KvRole::Consumer; }
   bool consumer() const { return kv_role != KvRole::Producer; }
+  ProducerTrust trust(const std::string& host, int64_t port) const;
 };
 
 // Throws kimi::Error with a message naming the bad field.

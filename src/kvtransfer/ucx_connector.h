@@ -37,6 +37,7 @@ class UcxKvConnector final : public KvConnector {
   bool is_producer() const override { return config_.producer(); }
   bool is_consumer() const override { return config_.consumer(); }
   KvLoadFailurePolicy load_failure_policy() const override { return config_.kv_load_failure_policy; }
+  ProducerTrust producer_trust(const std::string& host, int64_t port) const override { return config_.trust(host, port); }
   KvTransferParams hold(const KvHoldRequest& held) override;
   std::vector<std::vector<int32_t>> take_released() override { return held_.take_released(); }
   void start_load(KvLoadJob job) override;

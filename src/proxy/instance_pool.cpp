@@ -45,10 +45,15 @@ std::vector<InstanceStats> InstancePool::stats() const {
   return instances_;
 }
 
-InstancePool::Lease::Lease(Lease&& o) noexcept : pool_(o.pool_), index_(o.index_), load_(o.load_) { o.pool_ = nullptr; }
+InstancePool::Lease::Lease(Lease&& o) noexcept : pool_(o.pool_), index_(o.index_), load_(o.load_), held_(o.held_) {
+  o.held_ = false;
+}
 
-InstancePool::Lease::~Lease() {
-  if (pool_) pool_->release(index_, load_);
+InstancePool::Lease::~Lease() { end(); }
+
+void InstancePool::Lease::end() {
+  if (held_) pool_->release(index_, load_);
+  held_ = false;
 }
 
 const Endpoint& InstancePool::Lease::endpoint() const { return pool_->instances_[index_].endpoint; }

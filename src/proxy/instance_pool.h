@@ -39,6 +39,9 @@ class InstancePool {
     size_t index() const { return index_; }
     const Endpoint& endpoint() const;
     void failed();  // counts a failure of this instance
+    // Ends the hold now. Called before an answer is written, so that a client that reads the
+    // answer and then /metrics sees the instance free again.
+    void end();
 
    private:
     friend class InstancePool;
@@ -46,6 +49,7 @@ class InstancePool {
     InstancePool* pool_;
     size_t index_;
     int64_t load_;
+    bool held_ = true;
   };
 
   // The instance with the least load (ties: the next in round-robin order) among those not in

@@ -156,7 +156,10 @@ void ProxyServer::models(Exchange& ex) {
     InstancePool::Lease lease = decode_.acquire(1, failed);
     UpstreamReply r = call_upstream(lease.endpoint(), req, timeouts_, cancel.get());
     if (r.error == http::ClientError::Canceled) return;
-    if (!r.failed()) return ex.respond(passed_through(std::move(r)));
+    if (!r.failed()) {
+      lease.end();
+      return ex.respond(passed_through(std::move(r)));
+    }
     lease.failed();
     log_failure("decode", lease.endpoint(), "/v1/models: " + describe_failure(r));
     failed.push_back(lease.index());
@@ -219,7 +222,10 @@ void ProxyServer::completions(Exchange& ex) {
         continue;
       }
       // A 4xx is the request's fault: the decode would refuse it as well.
-      if (r.head.status >= 400) return ex.respond(passed_through(std::move(r)));
+      if (r.head.status >= 400) {
+        lease.end();
+        return ex.respond(passed_through(std::move(r)));
+      }
       kv_params = kv_params_of_response(r.body);
       if (!kv_params) ++counters_.no_kv_params;
       prefilled = true;
@@ -279,7 +285,10 @@ void ProxyServer::completions(Exchange& ex) {
       }
       return;  // the Exchange ends the stream
     }
-    if (!r.failed()) return ex.respond(passed_through(std::move(r)));
+    if (!r.failed()) {
+      lease.end();
+      return ex.respond(passed_through(std::move(r)));
+    }
     lease.failed();
     log_failure("decode", lease.endpoint(), describe_failure(r));
     failed.push_back(lease.index());

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "spec/draft_chain.h"
 
 namespace kimi::spec {
 
@@ -40,14 +41,8 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
     const ProposeRequest& q = requests[r];
     if (q.num_positions <= 0) continue;
     const size_t n = size_t(q.num_positions);
-    if (q.first_position < 0 || int64_t(q.tokens.size()) < q.first_position + q.num_positions + 1)
-      throw Error("Eagle3 proposer: request " + q.request_id + " has " + std::to_string(q.tokens.size()) +
-                  " tokens; positions [" + std::to_string(q.first_position) + ", " +
-                  std::to_string(q.first_position + q.num_positions) + ") need the token after each");
-    if (q.hidden_states.size() != layers * n * T)
-      throw Error("Eagle3 proposer: request " + q.request_id + " has " + std::to_string(q.hidden_states.size()) +
-                  " hidden-state values; expected " + std::to_string(layers) + " layers x " + std::to_string(n) +
-                  " positions x " + std::to_string(T));
+    check_propose_request("Eagle3 proposer", q, layers * n * T,
+                          std::to_string(layers) + " layers x " + std::to_string(n) + " positions x " + std::to_string(T));
     // [layers][n][T] -> [n][layers * T]: the concatenation fc reads.
     std::vector<float>& f = features.emplace_back(n * layers * T);
     for (size_t l = 0; l < layers; ++l)
@@ -61,48 +56,15 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
     seq_request.push_back(r);
   }
   if (seqs.empty()) return;
-  Eagle3Output out = draft_.forward(pool_, seqs);
-
-  // Greedy chain: draft token k and the draft's own hidden feed position last + k.
-  struct Chain {
-    size_t request;
-    int64_t position;      // where the next token goes
-    std::vector<int32_t> token;  // one element: the span the draft reads
-    std::vector<float> hidden;
-  };
-  std::vector<Chain> chains;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const ProposeRequest& q = requests[seq_request[s]];
-    if (q.num_drafts <= 0) continue;
-    drafts[seq_request[s]].push_back(out.argmax[s]);
-    keep(seq_request[s], out, s);
-    chains.push_back({seq_request[s], q.first_position + q.num_positions, {out.argmax[s]},
-                      std::vector<float>(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H))});
-  }
-  while (true) {
-    std::vector<Chain*> live;
-    seqs.clear();
-    for (Chain& c : chains) {
-      const ProposeRequest& q = requests[c.request];
-      const int64_t block_size = draft_.block_size();
-      // A block table that does not reach the next position ends the chain early (fewer drafts).
-      if (int64_t(drafts[c.request].size()) >= q.num_drafts || c.position / block_size >= int64_t(q.block_ids.size()))
-        continue;
-      live.push_back(&c);
-      seqs.push_back({.tokens = c.token, .hidden = c.hidden, .from_draft_hidden = true, .first_position = c.position,
-                      .block_ids = q.block_ids});
-    }
-    if (live.empty()) break;
-    out = draft_.forward(pool_, seqs);
-    for (size_t s = 0; s < live.size(); ++s) {
-      Chain& c = *live[s];
-      drafts[c.request].push_back(out.argmax[s]);
-      keep(c.request, out, s);
-      c.token[0] = out.argmax[s];
-      c.hidden.assign(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H));
-      ++c.position;
-    }
-  }
+  const Eagle3Output first = draft_.forward(pool_, seqs);
+  extend_draft_chains(requests, seq_request, first, H, draft_.block_size(), drafts, keep,
+                      [&](std::span<DraftLink* const> live) {
+                        seqs.clear();
+                        for (const DraftLink* l : live)
+                          seqs.push_back({.tokens = l->token, .hidden = l->hidden, .from_draft_hidden = true,
+                                          .first_position = l->position, .block_ids = requests[l->request].block_ids});
+                        return draft_.forward(pool_, seqs);
+                      });
 }
 
 }  // namespace kimi::spec

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "model/ops.h"
+#include "spec/draft_chain.h"
 
 namespace kimi::spec {
 
@@ -38,13 +39,7 @@ void MtpProposer::propose(std::span<const ProposeRequest> requests, std::vector<
     const ProposeRequest& q = requests[r];
     if (q.num_positions <= 0) continue;
     const size_t n = size_t(q.num_positions);
-    if (q.first_position < 0 || int64_t(q.tokens.size()) < q.first_position + q.num_positions + 1)
-      throw Error("MTP proposer: request " + q.request_id + " has " + std::to_string(q.tokens.size()) +
-                  " tokens; positions [" + std::to_string(q.first_position) + ", " +
-                  std::to_string(q.first_position + q.num_positions) + ") need the token after each");
-    if (q.hidden_states.size() != n * H)
-      throw Error("MTP proposer: request " + q.request_id + " has " + std::to_string(q.hidden_states.size()) +
-                  " hidden-state values; expected " + std::to_string(n) + " positions x " + std::to_string(H));
+    check_propose_request("MTP proposer", q, n * H, std::to_string(n) + " positions x " + std::to_string(H));
     std::vector<float>& h = normed.emplace_back(n * H);
     rms_norm_to(q.hidden_states.data(), h.data(), int64_t(n), int64_t(H), final_norm_.data(), eps);
     seqs.push_back({.tokens = q.tokens.subspan(size_t(q.first_position) + 1, n),
@@ -54,46 +49,15 @@ void MtpProposer::propose(std::span<const ProposeRequest> requests, std::vector<
     seq_request.push_back(r);
   }
   if (seqs.empty()) return;
-  MtpOutput out = layer_.forward(pool_, seqs);
-
-  // Greedy chain: draft token k and the layer's own output feed position last + k.
-  struct Chain {
-    size_t request;
-    int64_t position;            // where the next token goes
-    std::vector<int32_t> token;  // one element: the span the layer reads
-    std::vector<float> hidden;
-  };
-  std::vector<Chain> chains;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const ProposeRequest& q = requests[seq_request[s]];
-    if (q.num_drafts <= 0) continue;
-    drafts[seq_request[s]].push_back(out.argmax[s]);
-    keep(seq_request[s], out, s);
-    chains.push_back({seq_request[s], q.first_position + q.num_positions, {out.argmax[s]},
-                      std::vector<float>(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H))});
-  }
-  while (true) {
-    std::vector<Chain*> live;
-    seqs.clear();
-    for (Chain& ch : chains) {
-      const ProposeRequest& q = requests[ch.request];
-      // A block table that does not reach the next position ends the chain early (fewer drafts).
-      if (int64_t(drafts[ch.request].size()) >= q.num_drafts || ch.position / layer_.block_size() >= int64_t(q.block_ids.size()))
-        continue;
-      live.push_back(&ch);
-      seqs.push_back({.tokens = ch.token, .hidden = ch.hidden, .first_position = ch.position, .block_ids = q.block_ids});
-    }
-    if (live.empty()) break;
-    out = layer_.forward(pool_, seqs);
-    for (size_t s = 0; s < live.size(); ++s) {
-      Chain& ch = *live[s];
-      drafts[ch.request].push_back(out.argmax[s]);
-      keep(ch.request, out, s);
-      ch.token[0] = out.argmax[s];
-      ch.hidden.assign(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H));
-      ++ch.position;
-    }
-  }
+  const MtpOutput first = layer_.forward(pool_, seqs);
+  extend_draft_chains(requests, seq_request, first, H, layer_.block_size(), drafts, keep,
+                      [&](std::span<DraftLink* const> live) {
+                        seqs.clear();
+                        for (const DraftLink* l : live)
+                          seqs.push_back({.tokens = l->token, .hidden = l->hidden, .first_position = l->position,
+                                          .block_ids = requests[l->request].block_ids});
+                        return layer_.forward(pool_, seqs);
+                      });
 }
 
 }  // namespace kimi::spec
