@@ -1,6 +1,10 @@
 #include "args.h"
 
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
 
 #include "common/error.h"
 
@@ -66,6 +70,15 @@ double Args::get_double(const std::string& name, double fallback) const {
   const double x = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0') throw Error("--" + name + " expects a number, got '" + v + "'");
   return x;
+}
+
+std::string read_input(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot open " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace kimi::cli

@@ -1,6 +1,7 @@
 #pragma once
 // A small command-line parser in the style users know from vLLM and llama.cpp:
 // `--name value`, `--name=value`, boolean `--flag`, and positionals. Unknown flags are errors.
+// Also what several subcommands read the same way: an input file or stdin.
 #include <map>
 #include <optional>
 #include <set>
@@ -26,6 +27,9 @@ class Args {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positionals_;
 };
+
+// The whole of a file given on the command line, or of stdin when the path is "-".
+std::string read_input(const std::string& path);
 
 int run_make_model(int argc, char** argv);
 int run_generate(int argc, char** argv);

@@ -16,15 +16,6 @@ namespace kimi::cli {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open " + path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // One case: {"messages": [...], "tools": [...]|null, "add_generation_prompt": bool,
 // "kwargs": {...}, "bos_token": "...", "eos_token": "..."}.
 std::string render_case(const ChatTemplate& tmpl, const nlohmann::ordered_json& c) {
@@ -50,10 +41,10 @@ int run_render_template(int argc, char** argv) {
         "{\"name\", \"error\"} objects.\n");
     return 0;
   }
-  const ChatTemplate tmpl(read_file(a.require("template")));
+  const ChatTemplate tmpl(read_input(a.require("template")));
   nlohmann::ordered_json input;
   try {
-    input = nlohmann::ordered_json::parse(read_file(a.require("input")));
+    input = nlohmann::ordered_json::parse(read_input(a.require("input")));
   } catch (const nlohmann::json::exception& e) {
     throw Error("--input is not valid JSON: " + std::string(e.what()));
   }

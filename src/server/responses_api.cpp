@@ -14,11 +14,11 @@ using json_fields::bad;
 using json_fields::field;
 
 // The string j[k]; otherwise a 400 against this API's request parameter.
-std::string string_field(const ojson& j, const char* k, const std::string& where) {
+std::string input_string(const ojson& j, const char* k, const std::string& where) {
   return json_fields::string_field(j, k, where, "input");
 }
 
-bool is_media_part(const std::string& t) {
+bool is_input_media(const std::string& t) {
   return t == "input_image" || t == "input_file" || t == "input_audio" || t == "image_url" || t == "image" ||
          t == "file";
 }
@@ -33,11 +33,11 @@ std::string content_text(const ojson& content, const std::string& where) {
     const std::string at = where + "[" + std::to_string(j) + "]";
     if (!p.is_object() || !p.contains("type") || !p["type"].is_string()) bad(at, "an object with a 'type'", "input");
     const std::string t = p["type"].get<std::string>();
-    if (is_media_part(t))
+    if (is_input_media(t))
       throw ApiError(400, at + " is an '" + t + "' part, but this model takes text only: image, audio, video and " +
                               "file inputs are not supported", "input");
-    if (t == "input_text" || t == "output_text" || t == "text") text += string_field(p, "text", at);
-    else if (t == "refusal") text += string_field(p, "refusal", at);
+    if (t == "input_text" || t == "output_text" || t == "text") text += input_string(p, "text", at);
+    else if (t == "refusal") text += input_string(p, "refusal", at);
     else throw ApiError(400, at + ": content part type '" + t + "' is not supported", "input");
   }
   return text;
@@ -96,18 +96,18 @@ void add_item(History& h, const ojson& item, size_t i) {
     type = t->get<std::string>();
   }
   if (type == "message") {
-    const std::string role = string_field(item, "role", at);
+    const std::string role = input_string(item, "role", at);
     if (role != "user" && role != "assistant" && role != "system" && role != "developer")
       throw ApiError(400, at + ".role must be user, assistant, system or developer, got '" + role + "'", "input");
     const ojson* content = field(item, "content");
     if (!content) throw ApiError(400, at + ".content is required", "input");
     h.message(role, content_text(*content, at + ".content"));
   } else if (type == "function_call") {
-    h.call(string_field(item, "call_id", at), string_field(item, "name", at), string_field(item, "arguments", at));
+    h.call(input_string(item, "call_id", at), input_string(item, "name", at), input_string(item, "arguments", at));
   } else if (type == "function_call_output") {
     const ojson* out = field(item, "output");
     if (!out) throw ApiError(400, at + ".output is required", "input");
-    h.output(string_field(item, "call_id", at), content_text(*out, at + ".output"));
+    h.output(input_string(item, "call_id", at), content_text(*out, at + ".output"));
   } else if (type == "reasoning") {
     // The reasoning text when the item has it, else its summary.
     std::string text;
@@ -123,7 +123,7 @@ void add_item(History& h, const ojson& item, size_t i) {
   }
 }
 
-ojson tools_json(const ojson& tools) {
+ojson responses_tools(const ojson& tools) {
   if (!tools.is_array()) bad("tools", "a list", "tools");
   ojson out = ojson::array();
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -403,7 +403,7 @@ ResponsesRequest responses_to_chat_request(const ojson& body) {
   ojson tools = ojson::array();
   if (const ojson* t = field(body, "tools")) {
     tools = *t;
-    ojson chat_tools = tools_json(*t);
+    ojson chat_tools = responses_tools(*t);
     if (!chat_tools.empty()) chat["tools"] = std::move(chat_tools);
   }
   ojson tool_choice = "auto";

@@ -8,7 +8,7 @@ namespace kimi::structured {
 
 namespace {
 
-constexpr int kMaxNesting = 100;
+constexpr int kMaxRegexNesting = 100;
 constexpr int64_t kMaxRepeat = 10000;
 
 class RegexParser {
@@ -30,7 +30,7 @@ class RegexParser {
   char peek() const { return p_[i_]; }
 
   Sym alternation(int depth) {
-    if (depth > kMaxNesting) fail("groups nested too deeply");
+    if (depth > kMaxRegexNesting) fail("groups nested too deeply");
     std::vector<Seq> alts;
     alts.push_back(concat(depth));
     while (!at_end() && peek() == '|') {

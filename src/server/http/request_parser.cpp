@@ -88,7 +88,7 @@ bool RequestParser::take_continue_wanted() {
 HttpRequest RequestParser::take() {
   HttpRequest r = std::move(req_);
   req_ = HttpRequest{};
-  state_ = State::Headers;
+  state_ = State::HeaderLines;
   parsed_ = 0;
   return r;
 }
@@ -190,7 +190,7 @@ RequestParser::Status RequestParser::parse() {
         return Status::Error;
       case State::Done:
         return Status::Ready;
-      case State::Headers: {
+      case State::HeaderLines: {
         // Scan for the empty line that ends the headers, resuming where the last call stopped.
         size_t end = std::string::npos;
         size_t line_begin = parsed_;

@@ -48,20 +48,20 @@ class RequestParser {
   // for it before the body; true once per request (the caller sends the interim response).
   bool take_continue_wanted();
   // Bytes of a request not yet complete are buffered (for the read timeout).
-  bool mid_request() const { return state_ != State::Headers || parsed_ != 0 || !buf_.empty(); }
+  bool mid_request() const { return state_ != State::HeaderLines || parsed_ != 0 || !buf_.empty(); }
   size_t buffered() const { return buf_.size(); }
   // The headers are in and the body is being read (the body's own timeout applies).
-  bool in_body() const { return state_ != State::Headers && state_ != State::Done && state_ != State::Failed; }
+  bool in_body() const { return state_ != State::HeaderLines && state_ != State::Done && state_ != State::Failed; }
 
  private:
-  enum class State { Headers, Body, ChunkSize, ChunkData, ChunkDataEnd, Trailers, Done, Failed };
+  enum class State { HeaderLines, Body, ChunkSize, ChunkData, ChunkDataEnd, Trailers, Done, Failed };
   Status fail(int status, std::string message);
   Status parse_headers(std::string_view head);
 
   ParseLimits limits_;
   std::string buf_;     // bytes not consumed yet
   size_t parsed_ = 0;   // how far buf_ has been scanned for the end of the headers
-  State state_ = State::Headers;
+  State state_ = State::HeaderLines;
   HttpRequest req_;
   size_t body_left_ = 0;
   bool continue_wanted_ = false;

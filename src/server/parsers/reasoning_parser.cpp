@@ -8,7 +8,7 @@ namespace {
 
 constexpr std::string_view kThinkBegin = "<think>";
 constexpr std::string_view kThinkEnd = "</think>";
-constexpr std::string_view kSectionBegin = "<|tool_calls_section_begin|>";
+constexpr std::string_view kToolSectionBegin = "<|tool_calls_section_begin|>";
 
 // Where reasoning stops in `body` (text after any leading <think>): the position of the first
 // end marker and how many of its bytes are dropped (the section marker is kept as content).
@@ -19,7 +19,7 @@ struct ReasoningEnd {
 
 ReasoningEnd find_end(std::string_view body) {
   const size_t e = body.find(kThinkEnd);
-  const size_t s = body.find(kSectionBegin);
+  const size_t s = body.find(kToolSectionBegin);
   if (e != std::string_view::npos && (s == std::string_view::npos || e < s)) return {e, kThinkEnd.size()};
   if (s != std::string_view::npos) return {s, 0};
   return {};
@@ -58,7 +58,7 @@ KimiK2ReasoningParser::DeltaMessage KimiK2ReasoningParser::push(std::string_view
     state_ = State::Content;
     return out;
   }
-  const size_t keep = parser_detail::partial_marker_len(held_, {kThinkEnd, kSectionBegin});
+  const size_t keep = parser_detail::partial_marker_len(held_, {kThinkEnd, kToolSectionBegin});
   out.reasoning.assign(held_, 0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
   return out;
