@@ -19,10 +19,13 @@ for config in release asan; do
   flags=(-DCMAKE_BUILD_TYPE=Release -DKIMI_BUILD_BENCH=OFF "${launcher[@]}")
   [ "$config" = asan ] && flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIMI_SANITIZE=ON -DKIMI_BUILD_BENCH=OFF "${launcher[@]}")
   echo "=== $config: build"
+  start=$(date +%s)
   cmake -S "$root" -B "$dir" "${flags[@]}" >/dev/null
   cmake --build "$dir" -j"$jobs"
-  echo "=== $config: test"
+  echo "=== $config: built in $(( $(date +%s) - start )) s; test"
+  start=$(date +%s)
   (cd "$dir" && ctest -j"$jobs" --output-on-failure) || status=1
+  echo "=== $config: tested in $(( $(date +%s) - start )) s"
 done
 echo "=== fuzz: build and run every target (${KIMI_FUZZ_SECONDS:-20} s each)"
 fuzz_start=$(date +%s)

@@ -164,6 +164,7 @@ bool Scheduler::on_kv_load_done(const std::string& id, bool ok, bool recompute) 
     if (!recompute) return true;
     kv_.free(r);  // the external blocks hold nothing usable: compute the prompt here
     r.num_cached_tokens = 0;
+    r.shares_kv = true;  // what it computes here is its own
   }
   r.status = RequestStatus::Waiting;
   enqueue(&r);
