@@ -87,13 +87,14 @@ int run_generate(int argc, char** argv) {
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
   const std::string dir = a.require("model");
   const ParallelArgs pa = parse_parallel_args(a);
+  if (pa.data_parallel_size > 1)
+    throw Error("generate runs one sequence: --data-parallel-size > 1 is for serve (replicas serve separate requests)");
   ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
   mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
-  mo.tensor_parallel = launch.tensor_parallel_group();
-  mo.expert_parallel = pa.enable_expert_parallel;
+  launch.configure(mo);
   Model model(dir, mo);
   if (launch.is_worker()) {  // rank 0 drives the engine; this rank runs the steps it is sent
-    run_tensor_parallel_worker(model);
+    launch.run_worker(model);
     return 0;
   }
   const ModelConfig& c = model.config();

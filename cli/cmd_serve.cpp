@@ -65,11 +65,15 @@ void usage() {
       "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
       "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
-      "  --tensor-parallel-size|-tp N  --data-parallel-rpc-port P (tensor parallelism over N local processes)\n"
-      "  --enable-expert-parallel (with -tp N: rank r holds routed experts [r*E/N, (r+1)*E/N) whole instead of\n"
-      "    a slice of each; N must divide E; no effect with -tp 1. --data-parallel-size,\n"
-      "    --data-parallel-size-local, --data-parallel-start-rank and --headless are recognised but not\n"
-      "    supported yet)\n"
+      "  --tensor-parallel-size|-tp N  --data-parallel-size|-dp M  --enable-expert-parallel\n"
+      "    (tp x dp processes over 127.0.0.1 or several nodes: each of the M replicas has its own scheduler\n"
+      "    and KV cache, requests go to the least loaded; attention and dense layers split over a replica's\n"
+      "    N ranks; routed experts over all N x M ranks, whole with --enable-expert-parallel, which must\n"
+      "    divide E, sliced without)\n"
+      "  --data-parallel-address HOST --data-parallel-rpc-port P  (rank 0's rendezvous store, default\n"
+      "    127.0.0.1:29550)  --data-parallel-size-local L (replicas on this node)  --headless\n"
+      "    --data-parallel-start-rank S (a node without the API server, running replicas S..S+L-1;\n"
+      "    KIMI_HOST_IP: the address its ranks are reached at)  --parallel-timeout SECONDS (120)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
       "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n"
       "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"
@@ -118,13 +122,15 @@ int run_serve(int argc, char** argv) {
   ModelOptions mo;
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
   const ParallelArgs pa = parse_parallel_args(a);
+  if (pa.data_parallel_size > 1)
+    for (const char* flag : {"kv-transfer-config", "speculative-config"})
+      if (a.has(flag)) throw Error(std::string("--") + flag + " is not supported with data parallelism yet");
   ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
   mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
-  mo.tensor_parallel = launch.tensor_parallel_group();
-  mo.expert_parallel = pa.enable_expert_parallel;
+  launch.configure(mo);
   Model model(dir, mo);
   if (launch.is_worker()) {  // rank 0 serves; this rank runs the steps it is sent
-    run_tensor_parallel_worker(model);
+    launch.run_worker(model);
     return 0;
   }
   const Tokenizer tokenizer = Tokenizer::load(dir);
@@ -152,7 +158,11 @@ int run_serve(int argc, char** argv) {
       return c;
     };
   }
-  AsyncEngine engine(model, &tokenizer, ec);
+  AsyncEngine engine(model, &tokenizer, ec, launch.replicas());
+  if (pa.data_parallel_size > 1)
+    std::fprintf(stderr, "data parallel: %d replicas of tensor-parallel size %d, routed experts %s over all %d ranks\n",
+                 pa.data_parallel_size, pa.tensor_parallel_size,
+                 pa.enable_expert_parallel ? "dealt out whole" : "sliced", pa.data_parallel_size * pa.tensor_parallel_size);
   if (kv_transfer) {
     std::fprintf(stderr, "kv transfer: %s, %s, engine_id %s", kv_transfer->kv_connector.c_str(),
                  std::string(kvtransfer::kv_role_name(kv_transfer->kv_role)).c_str(), kv_transfer->engine_id.c_str());

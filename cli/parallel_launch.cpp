@@ -1,6 +1,10 @@
 #include "parallel_launch.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +18,8 @@
 #include <thread>
 
 #include "common/error.h"
+#include "engine/dp_executor.h"
+#include "engine/tp_executor.h"
 
 namespace kimi::cli {
 
@@ -21,7 +27,7 @@ const std::set<std::string>& parallel_value_flags() {
   static const std::set<std::string> flags{
       "tensor-parallel-size",     "data-parallel-size",    "data-parallel-size-local",
       "data-parallel-start-rank", "data-parallel-address", "data-parallel-rpc-port",
-      "tensor-parallel-rank",     "parallel-timeout"};
+      "parallel-local-rank",      "parallel-timeout"};
   return flags;
 }
 
@@ -40,7 +46,7 @@ ParallelArgs parse_parallel_args(const Args& a) {
   p.data_parallel_rpc_port = int(a.get_int("data-parallel-rpc-port", p.data_parallel_rpc_port));
   p.headless = a.has("headless");
   p.enable_expert_parallel = a.has("enable-expert-parallel");
-  p.tensor_parallel_rank = int(a.get_int("tensor-parallel-rank", 0));
+  p.local_rank = int(a.get_int("parallel-local-rank", 0));
   p.parallel_timeout_s = a.get_double("parallel-timeout", p.parallel_timeout_s);
 
   if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 256)
@@ -52,21 +58,24 @@ ParallelArgs parse_parallel_args(const Args& a) {
     throw Error("--data-parallel-start-rank must be below --data-parallel-size");
   if (p.data_parallel_rpc_port < 1 || p.data_parallel_rpc_port > 65535)
     throw Error("--data-parallel-rpc-port must be a TCP port (1..65535)");
-  if (p.tensor_parallel_rank < 0 || p.tensor_parallel_rank >= p.tensor_parallel_size)
-    throw Error("--tensor-parallel-rank outside --tensor-parallel-size");
   if (!(p.parallel_timeout_s > 0)) throw Error("--parallel-timeout must be positive (seconds)");
-
-  // Parsed, so a vLLM command line is understood, but not built yet: say so instead of running
-  // something other than what was asked.
-  if (p.data_parallel_size > 1 || a.has("data-parallel-size-local") || a.has("data-parallel-start-rank"))
-    throw Error("data parallelism (--data-parallel-size > 1, --data-parallel-size-local, --data-parallel-start-rank) "
-                "is not supported yet");
+  if (p.data_parallel_size_local == -1) p.data_parallel_size_local = p.data_parallel_size - p.data_parallel_start_rank;
+  if (p.data_parallel_start_rank + p.data_parallel_size_local > p.data_parallel_size)
+    throw Error("--data-parallel-start-rank + --data-parallel-size-local exceed --data-parallel-size");
+  // The API server drives every replica's engine from world rank 0 (replica 0): the node that
+  // has it serves, every other node is --headless and starts at a later replica.
+  if (p.headless && p.data_parallel_start_rank == 0)
+    throw Error("--headless needs --data-parallel-start-rank >= 1: the API server's node runs data-parallel rank 0");
+  if (!p.headless && p.data_parallel_start_rank > 0)
+    throw Error("--data-parallel-start-rank > 0 is for a node without the API server: add --headless");
+  if (p.data_parallel_size_local < 1) throw Error("--data-parallel-size-local must be at least 1 on a node");
+  if (p.local_rank < 0 || p.local_rank >= p.data_parallel_size_local * p.tensor_parallel_size)
+    throw Error("--parallel-local-rank outside this node's ranks");
   // vLLM's expert-parallel size is tp * dp; with both 1 the flag changes nothing (one rank owns
   // every expert), so it is accepted as vLLM does, with a note.
-  if (p.enable_expert_parallel && p.tensor_parallel_size == 1)
-    std::fprintf(stderr, "kimi: --enable-expert-parallel with --tensor-parallel-size 1: one rank holds every "
-                         "expert (no effect)\n");
-  if (p.headless) throw Error("--headless is not supported yet (it needs data parallelism across nodes)");
+  if (p.enable_expert_parallel && p.tensor_parallel_size * p.data_parallel_size == 1)
+    std::fprintf(stderr, "kimi: --enable-expert-parallel with --tensor-parallel-size 1 and --data-parallel-size 1: one "
+                         "rank holds every expert (no effect)\n");
   return p;
 }
 
@@ -79,19 +88,57 @@ std::string parallel_identity(const std::string& model_dir, const ParallelArgs& 
          " quantization=" + quantization;
 }
 
+namespace {
+
+// The address this host reaches `host` from (the source address the kernel picks for it): what
+// the other nodes can connect to, with no configuration on a single network. KIMI_HOST_IP, when
+// set, wins (as VLLM_HOST_IP does for vLLM).
+std::string local_address_towards(const std::string& host, int port) {
+  if (const char* ip = std::getenv("KIMI_HOST_IP"); ip && *ip) return ip;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return host;
+  std::string out = host;
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {  // UDP: nothing is sent
+    sockaddr_in self{};
+    socklen_t len = sizeof self;
+    char buf[INET_ADDRSTRLEN];
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0 &&
+        inet_ntop(AF_INET, &self.sin_addr, buf, sizeof buf))
+      out = buf;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
+std::vector<int> rank_range(int first, int count, int stride = 1) {
+  std::vector<int> r;
+  for (int i = 0; i < count; ++i) r.push_back(first + i * stride);
+  return r;
+}
+
+}  // namespace
+
 ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, const std::string& identity) : args_(p) {
-  if (p.tensor_parallel_size == 1) return;
-  if (p.tensor_parallel_rank == 0) {
+  const int tp = p.tensor_parallel_size, dp = p.data_parallel_size;
+  local_ranks_ = p.data_parallel_size_local * tp;
+  world_rank_ = p.data_parallel_start_rank * tp + p.local_rank;
+  if (tp * dp == 1) return;
+  if (p.local_rank == 0) {
     const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-    for (int r = 1; r < p.tensor_parallel_size; ++r) {
+    for (int r = 1; r < local_ranks_; ++r) {
       std::vector<std::string> args(argv, argv + argc);
-      args.push_back("--tensor-parallel-rank=" + std::to_string(r));
+      args.push_back("--parallel-local-rank=" + std::to_string(r));
       std::vector<char*> cargs;
       for (auto& s : args) cargs.push_back(s.data());
       cargs.push_back(nullptr);
       std::fflush(nullptr);
       const pid_t pid = fork();
-      if (pid < 0) throw Error("cannot start tensor-parallel rank " + std::to_string(r));
+      if (pid < 0) throw Error("cannot start local rank " + std::to_string(r));
       if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // a rank never outlives the process that launched it
         if (getppid() == 1) _exit(1);
@@ -105,18 +152,27 @@ ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, con
   }
   try {
     WorldOptions o;
-    o.rank = p.tensor_parallel_rank;
-    o.size = p.tensor_parallel_size;
+    o.rank = world_rank_;
+    o.size = tp * dp;
     o.store_host = p.data_parallel_address;
     o.store_port = p.data_parallel_rpc_port;
-    o.serve_store = o.rank == 0;
-    o.device_host = p.data_parallel_address;
+    o.serve_store = world_rank_ == 0;
+    o.device_host = p.data_parallel_start_rank == 0 ? p.data_parallel_address
+                                                    : local_address_towards(p.data_parallel_address, p.data_parallel_rpc_port);
     o.timeout = std::chrono::milliseconds(int64_t(p.parallel_timeout_s * 1000));
     o.identity = identity;
     world_ = std::make_unique<World>(o);
-    std::vector<int> ranks;
-    for (int r = 0; r < p.tensor_parallel_size; ++r) ranks.push_back(r);
-    tp_ = world_->new_group("tp0", ranks);
+    // Every rank creates the groups it belongs to in one global order (TP groups, DP groups,
+    // rank 0's links to the replica leaders, all ranks), so that no two wait on each other.
+    const int replica = world_rank_ / tp, index = world_rank_ % tp;
+    if (tp > 1) tp_ = world_->new_group("tp" + std::to_string(replica), rank_range(replica * tp, tp));
+    if (dp > 1) {
+      dp_ = world_->new_group("dp" + std::to_string(index), rank_range(index, dp, tp));
+      for (int d = 1; d < dp; ++d)
+        if (world_rank_ == 0 || world_rank_ == d * tp)
+          links_.push_back(world_->new_group("link" + std::to_string(d), {0, d * tp}));
+      moe_ = world_->new_group("moe", rank_range(0, tp * dp));
+    }
   } catch (...) {
     // Not joined: the spawned ranks would only wait for their own timeout.
     stopping_ = true;
@@ -130,6 +186,29 @@ ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, con
   }
 }
 
+void ParallelLaunch::configure(ModelOptions& options) const {
+  options.tensor_parallel = tp_;
+  options.expert_parallel = args_.enable_expert_parallel;
+  options.data_parallel = dp_;
+  options.expert_group = moe_;
+}
+
+void ParallelLaunch::run_worker(Model& model) const {
+  if (world_rank_ % args_.tensor_parallel_size != 0) return run_tensor_parallel_worker(model);
+  if (links_.size() != 1) throw Error("internal: a data-parallel leader without its link to rank 0");
+  run_data_parallel_leader(model, *links_[0]);
+}
+
+DataParallelReplicas ParallelLaunch::replicas() const {
+  DataParallelReplicas r;
+  if (world_rank_ != 0) return r;
+  for (const auto& link : links_)
+    r.executors.push_back([link](const KvCacheConfig& kv) -> std::unique_ptr<Executor> {
+      return std::make_unique<DataParallelClient>(link, kv);
+    });
+  return r;
+}
+
 void ParallelLaunch::watch_children() {
   while (!stopping_) {
     for (size_t i = 0; i < children_.size(); ++i) {
@@ -138,7 +217,9 @@ void ParallelLaunch::watch_children() {
       reaped_[i] = true;
       // A rank leaves with 0 only after rank 0 told it to stop.
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
-      std::fprintf(stderr, "kimi: tensor-parallel rank %zu (pid %d) %s %d; exiting\n", i + 1, int(children_[i]),
+      const int rank = world_rank_ + int(i) + 1, tp = args_.tensor_parallel_size;
+      std::fprintf(stderr, "kimi: rank %d (data-parallel replica %d, tensor-parallel rank %d; pid %d) %s %d; exiting\n",
+                   rank, rank / tp, rank % tp, int(children_[i]),
                    WIFEXITED(status) ? "exited with status" : "was killed by signal",
                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
       std::fflush(stderr);
@@ -151,6 +232,9 @@ void ParallelLaunch::watch_children() {
 ParallelLaunch::~ParallelLaunch() {
   stopping_ = true;
   if (watcher_.joinable()) watcher_.join();
+  links_.clear();
+  moe_.reset();
+  dp_.reset();
   tp_.reset();
   world_.reset();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -170,9 +254,9 @@ ParallelLaunch::~ParallelLaunch() {
 }
 
 int ParallelLaunch::threads_per_rank(int requested) const {
-  if (requested > 0 || args_.tensor_parallel_size == 1) return requested;
+  if (requested > 0 || local_ranks_ == 1) return requested;
   const int hw = int(std::thread::hardware_concurrency());
-  return std::max(1, hw / args_.tensor_parallel_size);
+  return std::max(1, hw / local_ranks_);
 }
 
 }  // namespace kimi::cli

@@ -1,11 +1,13 @@
 #pragma once
-// vLLM's parallelism flags for `serve` and `generate`, and the launch they imply: with
-// --tensor-parallel-size N > 1 the process the user started becomes rank 0, spawns ranks
-// 1..N-1 of this node (itself again, with the hidden --tensor-parallel-rank), serves the
-// rendezvous store and drives the engine; the other ranks load their shard and run the steps
-// rank 0 broadcasts. --enable-expert-parallel partitions the routed experts over those same
-// ranks (model/parallel_linear.h). Flags that are parsed but not implemented yet (data
-// parallelism, --headless) are refused with a clear error rather than silently ignored.
+// vLLM's parallelism flags for `serve` and `generate`, and the launch they imply. The run has
+// tp x dp ranks; world rank d * tp + t is TP rank t of data-parallel replica d. A node runs DP
+// replicas [--data-parallel-start-rank, + --data-parallel-size-local): the process the user
+// started spawns the node's other ranks (itself again, with the hidden --parallel-local-rank).
+// World rank 0 (the node without --headless) serves the rendezvous store at
+// --data-parallel-address:--data-parallel-rpc-port and the API, and drives one engine per
+// replica (engine/dp_executor.h); a replica's TP rank 0 leads it, running the steps rank 0
+// sends, and its other TP ranks run the steps their leader broadcasts. --enable-expert-parallel
+// deals the routed experts out whole over all tp x dp ranks (model/parallel_linear.h).
 #include <atomic>
 #include <memory>
 #include <set>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "args.h"
+#include "engine/async_engine.h"
+#include "model/model.h"
 #include "parallel/world.h"
 
 namespace kimi::cli {
@@ -28,47 +32,62 @@ struct ParallelArgs {
   int data_parallel_rpc_port = 29550;
   bool headless = false;
   bool enable_expert_parallel = false;
-  int tensor_parallel_rank = 0;     // hidden: set by rank 0 on the ranks it spawns
+  int local_rank = 0;               // hidden: this node's process index, set on the ranks it spawns
   double parallel_timeout_s = 120;  // join and every collective
 };
 
 // The flags' names, to add to a subcommand's Args sets.
 const std::set<std::string>& parallel_value_flags();
 const std::set<std::string>& parallel_bool_flags();
-// Reads and checks the flags; "not supported yet" for dp > 1 and --headless. Expert parallelism
-// with tp 1 is accepted and does nothing (as in vLLM with tp = dp = 1), with a note on stderr.
+// Reads and checks the flags. Expert parallelism with tp = dp = 1 is accepted and does nothing
+// (as in vLLM), with a note on stderr.
 ParallelArgs parse_parallel_args(const Args& a);
 
-// This process's part in a parallel run (nothing with tp = 1).
+// This process's part in a parallel run (nothing with tp = dp = 1).
 class ParallelLaunch {
  public:
   // identity: what must agree on every rank (the model's config, the flags that shape the
-  // shards); rank 0 spawns the local ranks from argv first, then every rank joins.
+  // shards); a node's first process spawns its other ranks from argv first, then every rank joins.
   ParallelLaunch(const ParallelArgs& p, int argc, char** argv, const std::string& identity);
-  // Rank 0: waits for the spawned ranks (a bounded time, then kills them).
+  // The node's first process: waits for the ranks it spawned (a bounded time, then kills them).
   ~ParallelLaunch();
   ParallelLaunch(const ParallelLaunch&) = delete;
   ParallelLaunch& operator=(const ParallelLaunch&) = delete;
 
-  bool is_worker() const { return args_.tensor_parallel_rank != 0; }
+  int world_rank() const { return world_rank_; }
+  // Every rank but world rank 0 runs steps it is sent (run_worker) instead of an engine.
+  bool is_worker() const { return world_rank_ != 0; }
+  // The model's groups (ModelOptions): its replica's TP group (null with tp = 1), and under data
+  // parallelism its DP group and the group of all ranks (null with dp = 1).
   std::shared_ptr<Communicator> tensor_parallel_group() const { return tp_; }
-  // This rank's traffic in the TP group so far (null with tp = 1).
+  std::shared_ptr<Communicator> data_parallel_group() const { return dp_; }
+  std::shared_ptr<Communicator> expert_group() const { return moe_; }
+  // The model's options for this rank's shard.
+  void configure(ModelOptions& options) const;
+  // A worker's loop: a replica leader's (engine/dp_executor.h) or a TP worker's
+  // (engine/tp_executor.h), until rank 0 stops it.
+  void run_worker(Model& model) const;
+  // World rank 0: the executors of replicas 1.. for AsyncEngine.
+  DataParallelReplicas replicas() const;
+  // This rank's traffic in its TP group so far (null with tp = 1).
   const CollectiveStats* tensor_parallel_stats() const { return tp_ ? &tp_->stats() : nullptr; }
   // --threads per rank: the given value, or the hardware threads divided among the local ranks.
   int threads_per_rank(int requested) const;
 
  private:
-  // Rank 0: ends this process when a spawned rank dies (killed, crashed, failed to load), even
-  // while no step is running to notice it through a collective.
+  // The node's first process: ends this process when a spawned rank dies (killed, crashed,
+  // failed to load), even while no step is running to notice it through a collective.
   void watch_children();
 
   ParallelArgs args_;
+  int world_rank_ = 0, local_ranks_ = 1;
   std::vector<pid_t> children_;
   std::vector<bool> reaped_;
   std::atomic<bool> stopping_{false};
   std::thread watcher_;
   std::unique_ptr<World> world_;
-  std::shared_ptr<GlooProcessGroup> tp_;
+  std::shared_ptr<GlooProcessGroup> tp_, dp_, moe_;
+  std::vector<std::shared_ptr<GlooProcessGroup>> links_;  // rank 0: to replicas 1..; a leader: its own
 };
 
 // What every rank of a run must agree on: the model's config.json and the shard-shaping flags

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "serve_process.h"
 #include "server/http/client.h"
 #include "test_util.h"
 
@@ -20,90 +21,10 @@ namespace kimi {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
-class ServeProcess {
- public:
-  ServeProcess(const std::string& model, const std::string& log, const std::string& kv_json) : log_(log) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::freopen(log.c_str(), "w", stderr);
-      setenv("UCX_TLS", "tcp", 0);
-      if (kv_json.empty())
-        ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-                "--max-model-len", "512", "--kv-cache-memory", "33554432", (char*)nullptr);
-      else
-        ::execl(KIMI_BINARY, KIMI_BINARY, "serve", model.c_str(), "--host", "127.0.0.1", "--port", "0", "--threads", "1",
-                "--max-model-len", "512", "--kv-cache-memory", "33554432", "--kv-transfer-config", kv_json.c_str(),
-                (char*)nullptr);
-      std::_Exit(127);
-    }
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (port_ == 0 && Clock::now() < deadline) {
-      std::ifstream in(log);
-      const std::string text((std::istreambuf_iterator<char>(in)), {});
-      const size_t p = text.find("http://127.0.0.1:");
-      if (p != std::string::npos) port_ = std::atoi(text.c_str() + p + 17);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~ServeProcess() { stop(SIGTERM); }
-  void stop(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, sig);
-    int status = 0;
-    const auto until = Clock::now() + std::chrono::seconds(10);
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() > until) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    pid_ = -1;
-  }
-  int port() const { return port_; }
-  std::string log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
- private:
-  std::string log_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
-json post(int port, const std::string& path, const json& body, int* status_out = nullptr) {
-  http::ClientRequest req;
-  req.method = "POST";
-  req.target = path;
-  req.headers.push_back({"Content-Type", "application/json"});
-  req.body = body.dump();
-  int status = 0;
-  std::string out;
-  const auto err = http::send_request("127.0.0.1", port, req, {5, 60}, [&](int s) { status = s; },
-                                      [&](std::string_view piece) {
-                                        out.append(piece);
-                                        return true;
-                                      });
-  EXPECT_EQ(err, http::ClientError::None) << http::describe(err);
-  if (status_out) *status_out = status;
-  else EXPECT_EQ(status, 200) << out;
-  return json::parse(out, nullptr, false);
-}
-
-std::string get(int port, const std::string& path) {
-  http::ClientRequest req;
-  req.target = path;
-  std::string out;
-  http::send_request("127.0.0.1", port, req, {5, 60}, [](int) {}, [&](std::string_view piece) {
-    out.append(piece);
-    return true;
-  });
-  return out;
-}
+using test::get;
+using test::post;
+using test::ServeProcess;
 
 // The concatenated text of an SSE completions stream.
 std::string streamed_text(int port, json body) {
@@ -132,11 +53,11 @@ std::string streamed_text(int port, json body) {
 TEST(KvTransferServe, ProducerAndConsumerProcessesMatchOneInstance) {
   test::TempDir dir;
   const auto model = test::make_tiny_model(dir).string();
-  ServeProcess single(model, (dir.path() / "single.log").string(), "");
+  ServeProcess single(model, (dir.path() / "single.log").string());
   ServeProcess prod(model, (dir.path() / "p.log").string(),
-                    R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0,"engine_id":"p0"})");
+                    {"--kv-transfer-config", R"({"kv_connector":"NixlConnector","kv_role":"kv_producer","kv_ip":"127.0.0.1","kv_port":0,"engine_id":"p0"})"});
   ServeProcess cons(model, (dir.path() / "d.log").string(),
-                    R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"transfer_timeout":5}})");
+                    {"--kv-transfer-config", R"({"kv_connector":"NixlConnector","kv_role":"kv_consumer","kv_connector_extra_config":{"transfer_timeout":5}})"});
   ASSERT_GT(single.port(), 0) << single.log();
   ASSERT_GT(prod.port(), 0) << prod.log();
   ASSERT_GT(cons.port(), 0) << cons.log();

@@ -1,6 +1,5 @@
 // `kimi generate -tp 2` (two local processes over 127.0.0.1), with and without
-// --enable-expert-parallel, against one process, and the parallel flags that are not built yet
-// being refused.
+// --enable-expert-parallel, against one process, and parallel flags that cannot work being refused.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -100,7 +99,7 @@ TEST_F(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
       .prefixed("identity/")
       .set("0", std::vector<char>(rank0.begin(), rank0.end()));
   const auto worker = run("generate --model " + model_ +
-                                      " --prompt-ids 5,17 --max-tokens 1 --threads 1 -tp 2 --tensor-parallel-rank=1"
+                                      " --prompt-ids 5,17 --max-tokens 1 --threads 1 -tp 2 --parallel-local-rank=1"
                                       " --enable-expert-parallel --parallel-timeout 10 --data-parallel-rpc-port " +
                                       std::to_string(store.port()));
   EXPECT_NE(worker.status, 0) << worker.out;
@@ -109,14 +108,18 @@ TEST_F(ParallelCli, RanksThatDisagreeOnExpertParallelismFailClearly) {
   EXPECT_NE(worker.out.find("ep=1"), std::string::npos) << worker.out;
 }
 
-TEST_F(ParallelCli, FlagsNotBuiltYetAreRefused) {
+TEST_F(ParallelCli, ParallelFlagsThatCannotWorkAreRefused) {
   const std::string base = "generate --model " + model_ + " --prompt-ids 5,17 --max-tokens 1 ";
-  for (const std::string flags : {"-dp 2", "--data-parallel-size=2", "--headless",
-                                  "--data-parallel-size 2 --data-parallel-start-rank 1",
-                                  "-dp 2 -tp 2 --enable-expert-parallel"}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"-dp 2", "--data-parallel-size > 1 is for serve"},
+      {"--headless --data-parallel-size 2", "--headless needs --data-parallel-start-rank >= 1"},
+      {"--data-parallel-size 2 --data-parallel-start-rank 1", "add --headless"},
+      {"--data-parallel-size 2 --data-parallel-size-local 3", "--data-parallel-size-local must be between"},
+      {"--data-parallel-size 2 --data-parallel-start-rank 1 --data-parallel-size-local 2 --headless", "exceed"}};
+  for (const auto& [flags, why] : cases) {
     const auto r = run(base + flags);
     EXPECT_NE(r.status, 0) << flags;
-    EXPECT_NE(r.out.find("not supported yet"), std::string::npos) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(why), std::string::npos) << flags << ": " << r.out;
   }
   const auto bad = run(base + "-tp 0");
   EXPECT_NE(bad.status, 0);

@@ -14,7 +14,7 @@
 namespace kimi {
 namespace {
 
-ojson call(const std::string& id, const std::string& name) {
+ojson tool_call_message(const std::string& id, const std::string& name) {
   return {{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", "{}"}}}};
 }
 ojson assistant(ojson calls) { return {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", std::move(calls)}}; }
@@ -27,15 +27,15 @@ TEST(ToolCallIds, CanonicalFormCountsFromZero) {
 }
 
 TEST(ToolCallIds, HistoryCountIsEveryAssistantCall) {
-  const ojson msgs = {user(), assistant({call("x", "f"), call("y", "g")}), tool("x"), tool("y"),
-                      {{"role", "assistant"}, {"content", "done"}}, user(), assistant({call("z", "f")}), tool("z")};
+  const ojson msgs = {user(), assistant({tool_call_message("x", "f"), tool_call_message("y", "g")}), tool("x"), tool("y"),
+                      {{"role", "assistant"}, {"content", "done"}}, user(), assistant({tool_call_message("z", "f")}), tool("z")};
   EXPECT_EQ(count_history_tool_calls(msgs), 3);
   EXPECT_EQ(count_history_tool_calls(ojson::array({user()})), 0);
 }
 
 TEST(ToolCallIds, ForeignIdsAndTheirResultsBecomeCanonical) {
-  const ojson msgs = {user(), assistant({call("call_abc123", "get_weather"), call("toolu_01", "get_time")}),
-                      tool("toolu_01"), tool("call_abc123"), user(), assistant({call("call_abc123", "search")}),
+  const ojson msgs = {user(), assistant({tool_call_message("call_abc123", "get_weather"), tool_call_message("toolu_01", "get_time")}),
+                      tool("toolu_01"), tool("call_abc123"), user(), assistant({tool_call_message("call_abc123", "search")}),
                       tool("call_abc123"), tool("no_such_call")};
   const ojson out = canonicalize_tool_call_ids(msgs);
   EXPECT_EQ(out[1]["tool_calls"][0]["id"], "functions.get_weather:0");
@@ -52,8 +52,8 @@ TEST(ToolCallIds, ForeignIdsAndTheirResultsBecomeCanonical) {
 }
 
 TEST(ToolCallIds, CanonicalLookingIdsWithTheWrongIndexAreRenumbered) {
-  const ojson msgs = {user(), assistant({call("functions.f:0", "f")}), tool("functions.f:0"), user(),
-                      assistant({call("functions.f:0", "f")}), tool("functions.f:0")};
+  const ojson msgs = {user(), assistant({tool_call_message("functions.f:0", "f")}), tool("functions.f:0"), user(),
+                      assistant({tool_call_message("functions.f:0", "f")}), tool("functions.f:0")};
   const ojson out = canonicalize_tool_call_ids(msgs);
   EXPECT_EQ(out[1]["tool_calls"][0]["id"], "functions.f:0");
   EXPECT_EQ(out[2]["tool_call_id"], "functions.f:0");
@@ -62,7 +62,7 @@ TEST(ToolCallIds, CanonicalLookingIdsWithTheWrongIndexAreRenumbered) {
 }
 
 TEST(ToolCallIds, ACanonicalHistoryIsLeftAsItIs) {
-  const ojson msgs = {user(), assistant({call("functions.f:0", "f"), call("functions.g:1", "g")}),
+  const ojson msgs = {user(), assistant({tool_call_message("functions.f:0", "f"), tool_call_message("functions.g:1", "g")}),
                       tool("functions.f:0"), tool("functions.g:1")};
   EXPECT_EQ(canonicalize_tool_call_ids(msgs), msgs);
 }

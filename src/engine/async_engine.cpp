@@ -1,5 +1,8 @@
 #include "engine/async_engine.h"
 
+#include <iterator>
+#include <thread>
+
 #include "common/error.h"
 
 namespace kimi {
@@ -34,10 +37,29 @@ std::optional<RequestOutput> RequestStream::next_for(std::chrono::milliseconds t
   return o;
 }
 
-AsyncEngine::AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
-    : engine_(model, tokenizer, std::move(config)), max_model_len_(engine_.max_model_len()), thread_([this] { loop(); }) {
+namespace {
+
+std::vector<std::unique_ptr<Engine>> make_engines(Model& model, const Tokenizer* tokenizer, EngineConfig config,
+                                                  DataParallelReplicas replicas) {
+  std::vector<std::unique_ptr<Engine>> engines;
+  config.lockstep = !replicas.executors.empty();
+  engines.push_back(std::make_unique<Engine>(model, tokenizer, config));
+  for (auto& executor : replicas.executors) {
+    EngineConfig c = config;
+    c.executor_factory = std::move(executor);
+    engines.push_back(std::make_unique<Engine>(model, tokenizer, std::move(c)));
+  }
+  return engines;
+}
+
+}  // namespace
+
+AsyncEngine::AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config, DataParallelReplicas replicas)
+    : engines_(make_engines(model, tokenizer, std::move(config), std::move(replicas))),
+      max_model_len_(engines_[0]->max_model_len()),
+      thread_([this] { loop(); }) {
   // A KV connector's event (a finished load, released blocks) wakes an idle loop.
-  engine_.set_kv_wakeup([this] {
+  engines_[0]->set_kv_wakeup([this] {
     std::lock_guard lock(mu_);
     cv_.notify_all();
   });
@@ -50,13 +72,15 @@ AsyncEngine::~AsyncEngine() {
   }
   cv_.notify_all();
   thread_.join();
-  engine_.set_kv_wakeup(nullptr);  // mu_ and cv_ go before engine_ does
+  engines_[0]->set_kv_wakeup(nullptr);  // mu_ and cv_ go before the engines do
 }
 
 std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt,
                                                         SamplingParams params, int priority) {
   // validate() reads only immutable state, so it may run beside a step.
-  engine_.validate(prompt, params);
+  engines_[0]->validate(prompt, params);
+  if (engines_.size() > 1 && params.structured.active())
+    throw Error("structured outputs are not supported with data parallelism yet");
   std::shared_ptr<RequestStream> stream(new RequestStream(id, params.n));
   {
     std::lock_guard lock(mu_);
@@ -88,7 +112,55 @@ int64_t AsyncEngine::num_waiting() {
 }
 
 std::string AsyncEngine::render_metrics(const std::string& model_name) {
-  return engine_.metrics().render_prometheus(model_name);  // Metrics is thread-safe
+  // Metrics is thread-safe; under DP each replica's series carry an engine label.
+  std::vector<const Metrics*> all;
+  for (const auto& e : engines_) all.push_back(&e->metrics());
+  return render_prometheus(all, model_name);
+}
+
+size_t AsyncEngine::least_loaded() {
+  // Ties go round-robin, so that requests arriving one at a time spread over idle replicas.
+  const size_t n = engines_.size(), first = next_replica_++ % n;
+  size_t best = first;
+  int64_t best_load = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t d = (first + i) % n;
+    const Scheduler& s = engines_[d]->scheduler();
+    const int64_t load = 4 * s.num_waiting() + s.num_running();
+    if (i == 0 || load < best_load) best = d, best_load = load;
+  }
+  return best;
+}
+
+bool AsyncEngine::has_work() const {
+  for (const auto& e : engines_)
+    if (e->has_work()) return true;
+  return false;
+}
+
+std::vector<RequestOutput> AsyncEngine::step_all() {
+  if (engines_.size() == 1) return engines_[0]->step();
+  // The replicas' steps meet in their MoE exchanges, so they run at once: replica 0's forward
+  // here, the others' clients waiting on their links.
+  std::vector<std::vector<RequestOutput>> outputs(engines_.size());
+  std::vector<std::string> failures(engines_.size());
+  const auto step = [&](size_t d) {
+    try {
+      outputs[d] = engines_[d]->step();
+    } catch (const std::exception& e) {
+      failures[d] = e.what();
+    }
+  };
+  std::vector<std::thread> others;
+  for (size_t d = 1; d < engines_.size(); ++d) others.emplace_back(step, d);
+  step(0);
+  for (std::thread& t : others) t.join();
+  std::vector<RequestOutput> all;
+  for (auto& o : outputs) std::move(o.begin(), o.end(), std::back_inserter(all));
+  for (size_t d = 0; d < engines_.size(); ++d)
+    if (!failures[d].empty())
+      throw Error(engines_.size() > 1 ? "data-parallel replica " + std::to_string(d) + ": " + failures[d] : failures[d]);
+  return all;
 }
 
 void AsyncEngine::begin_drain() {
@@ -151,14 +223,23 @@ void AsyncEngine::deliver(RequestOutput o) {
 void AsyncEngine::loop() {
   std::unique_lock lock(mu_);
   for (;;) {
-    const auto ready = [&] { return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || engine_.has_work(); };
-    // Held blocks and transfers in flight have timeouts: look again now and then.
-    if (engine_.has_kv_transfers()) cv_.wait_for(lock, std::chrono::milliseconds(100), ready);
-    else cv_.wait(lock, ready);
+    const auto ready = [&] { return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || has_work(); };
+    // Held blocks and transfers in flight have timeouts: look again now and then. Other
+    // replicas' processes are checked every second while idle.
+    if (engines_[0]->has_kv_transfers()) cv_.wait_for(lock, std::chrono::milliseconds(100), ready);
+    else if (engines_.size() > 1) {
+      if (!cv_.wait_for(lock, std::chrono::seconds(1), ready)) {
+        lock.unlock();  // a round trip: callers may queue work meanwhile
+        for (size_t d = 1; d < engines_.size(); ++d) engines_[d]->check_alive();
+        lock.lock();
+        continue;
+      }
+    } else
+      cv_.wait(lock, ready);
     if (stop_) break;
     for (auto& p : pending_adds_) {
       try {
-        engine_.add_request(p.id, std::move(p.prompt), std::move(p.params), p.priority);
+        engines_[least_loaded()]->add_request(p.id, std::move(p.prompt), std::move(p.params), p.priority);
       } catch (const Error& e) {  // validated already; kept so that a stream never hangs
         RequestOutput o;
         o.request_id = p.id;
@@ -169,16 +250,17 @@ void AsyncEngine::loop() {
       }
     }
     pending_adds_.clear();
-    for (const auto& id : pending_aborts_) engine_.abort_request(id);
+    for (const auto& id : pending_aborts_)  // only the replica that has it finds it
+      for (auto& e : engines_) e->abort_request(id);
     pending_aborts_.clear();
 
     // The step runs without the lock so that callers can queue work meanwhile: only this thread
-    // touches engine_ (validate() aside), and what is shared is published under the lock.
+    // touches the engines (validate() aside), and what is shared is published under the lock.
     lock.unlock();
     std::vector<RequestOutput> outputs;
     std::string failure;
     try {
-      outputs = engine_.step();
+      outputs = step_all();
     } catch (const std::exception& e) {
       failure = e.what();
     }
@@ -189,7 +271,7 @@ void AsyncEngine::loop() {
       std::vector<std::string> ids;
       for (const auto& [id, e] : streams_) ids.push_back(id);
       for (const auto& id : ids) {
-        engine_.abort_request(id);
+        for (auto& e : engines_) e->abort_request(id);
         RequestOutput o;
         o.request_id = id;
         o.finished = true;
@@ -197,9 +279,14 @@ void AsyncEngine::loop() {
         o.error = "internal error: " + failure;
         for (int n = streams_.at(id).open_completions; n > 0; --n) deliver(o);
       }
-      (void)engine_.step();  // collects the aborts' outputs, which have no stream any more
+      try {
+        (void)step_all();  // collects the aborts' outputs, which have no stream any more
+      } catch (const std::exception&) {
+        // Reported above already; the requests are ended.
+      }
     }
-    stats_ = engine_.stats();
+    stats_ = EngineStats{};
+    for (const auto& e : engines_) stats_ += e->stats();
   }
   // Shutting down: end every open stream.
   std::vector<std::string> ids;

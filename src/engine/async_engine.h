@@ -1,6 +1,8 @@
 #pragma once
 // The engine on its own thread (vLLM's AsyncLLM): any thread may add or abort requests and read
-// their outputs as a stream while the engine thread steps all of them together.
+// their outputs as a stream while the engine thread steps all of them together. Under data
+// parallelism it holds one Engine per DP replica (engine/dp_executor.h): a new request goes to
+// the least loaded replica, and every round steps all replicas together, each on its own thread.
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -44,9 +46,15 @@ class RequestStream {
   int open_completions_;  // the stream ends when all n completions have finished
 };
 
+// The replicas after the first under data parallelism: one executor factory each (DP ranks
+// 1, 2, ...). Empty: one engine, no data parallelism.
+struct DataParallelReplicas {
+  std::vector<std::function<std::unique_ptr<Executor>(const KvCacheConfig&)>> executors;
+};
+
 class AsyncEngine {
  public:
-  AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config);
+  AsyncEngine(Model& model, const Tokenizer* tokenizer, EngineConfig config, DataParallelReplicas replicas = {});
   ~AsyncEngine();  // stops the thread; unfinished requests are aborted
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
@@ -61,7 +69,8 @@ class AsyncEngine {
   std::string render_metrics(const std::string& model_name);
   int64_t max_model_len() const { return max_model_len_; }
   // Fixed at construction; Metrics is thread-safe.
-  KvCacheInfo kv_cache_info() { return engine_.metrics().snapshot().kv_cache; }
+  KvCacheInfo kv_cache_info() { return engines_[0]->metrics().snapshot().kv_cache; }
+  int data_parallel_size() const { return int(engines_.size()); }
   // Graceful shutdown: begin_drain() stops taking requests (add_request throws
   // EngineShuttingDown); wait_drained() waits until the in-flight ones have finished, at most
   // `timeout` (nullopt: no limit), and says whether they have; drain() is both without limit.
@@ -76,10 +85,17 @@ class AsyncEngine {
  private:
   void loop();
   void deliver(RequestOutput o);
+  // The replica a new request goes to: the lowest 4 x waiting + running (vLLM's rule).
+  size_t least_loaded();
+  // One step of every replica (each on its own thread under DP); a replica's failure is thrown
+  // after all have stepped.
+  std::vector<RequestOutput> step_all();
+  bool has_work() const;
 
-  Engine engine_;
+  std::vector<std::unique_ptr<Engine>> engines_;  // [0]: the replica in this process
+  size_t next_replica_ = 0;  // where least_loaded() starts looking (engine thread only)
   int64_t max_model_len_;
-  std::mutex mu_;  // guards engine_ calls, pending_ and streams_
+  std::mutex mu_;  // guards engines_' calls, pending_ and streams_
   std::condition_variable cv_;
   struct Pending {
     std::string id;

@@ -81,7 +81,11 @@ bool kv_transfer_applies(const SamplingParams& p) {
 // In this process, or with tensor parallelism over the model's TP group (engine/tp_executor.h).
 std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
                                         std::shared_ptr<const structured::TokenVocab> vocab,
-                                        const spec::SpeculativeConfig& speculative) {
+                                        const EngineConfig& config) {
+  const spec::SpeculativeConfig& speculative = config.speculative;
+  if (config.lockstep && speculative.enabled())
+    throw Error("speculative decoding is not supported with data parallelism yet");
+  if (config.executor_factory) return config.executor_factory(kv);
   if (const auto& tp = model.tensor_parallel(); tp && tp->size() > 1) {
     if (speculative.enabled()) throw Error("speculative decoding is not supported with tensor parallelism yet");
     return std::make_unique<TensorParallelExecutor>(model, kv, std::move(vocab));
@@ -101,7 +105,7 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
           /*drop_last_hit_block=*/draft_kv_bytes_per_token_ > 0),
       scheduler_(config_.scheduler, kv_),
       executor_(make_executor(model, KvCacheConfig{kv_.pool().num_blocks(), config_.block_size, config_.kv_cache_dtype},
-                              vocab_, config_.speculative)),
+                              vocab_, config_)),
       metrics_(config_.scheduler.max_model_len),
       processor_(tokenizer, metrics_) {
   for (int64_t id : model.config().eos_token_ids) eos_ids_.push_back(int32_t(id));
@@ -262,9 +266,13 @@ std::vector<RequestOutput> Engine::step() {
   if (scheduler_.prefix_queries() > queries_before)
     metrics_.on_prefix_cache_query(scheduler_.prefix_queries() - queries_before, scheduler_.prefix_hits() - hits_before);
   metrics_.on_step(scheduler_.num_running(), scheduler_.num_waiting() + int64_t(parked_.size()), kv_.pool().usage());
-  if (so.empty() && so.finished_request_ids.empty()) return outputs;
+  if (so.empty() && so.finished_request_ids.empty()) {
+    if (config_.lockstep) executor_->execute_dummy();
+    return outputs;
+  }
 
   const ModelRunnerOutput ro = executor_->execute_model(so);
+  if (so.empty() && config_.lockstep) executor_->execute_dummy();
   for (size_t i = 0; i < so.scheduled.size() && i < ro.requests.size(); ++i) {
     const int64_t k = int64_t(so.scheduled[i].draft_token_ids.size());
     if (k == 0) continue;

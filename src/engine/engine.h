@@ -4,6 +4,7 @@
 // -> scheduler.update_from_output(...) -> the output processor (text, stop strings). Not
 // thread-safe by itself; AsyncEngine runs it on its own thread for concurrent callers.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +38,12 @@ struct EngineConfig {
   // Disaggregated prefill (--kv-transfer-config): builds the KV connector once the KV storage
   // exists. Empty: none; requests with kv_transfer_params are refused.
   KvConnectorFactory kv_connector_factory;
+  // Data parallelism (engine/dp_executor.h): this engine is one replica's scheduler and block
+  // table. Every step() runs a step on its replica, a dummy one when nothing is scheduled, so
+  // that the replicas' MoE exchanges meet. executor_factory builds the replica's executor
+  // (null: the model in this process).
+  bool lockstep = false;
+  std::function<std::unique_ptr<Executor>(const KvCacheConfig&)> executor_factory;
 };
 
 struct EngineStats {
@@ -49,6 +56,16 @@ struct EngineStats {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   double spec_acceptance_length() const {  // 1 + accepted / drafts (0: no drafts yet)
     return spec_drafts ? 1.0 + double(spec_accepted_tokens) / double(spec_drafts) : 0.0;
+  }
+  // The sum of several engines' (data-parallel replicas).
+  EngineStats& operator+=(const EngineStats& o) {
+    running += o.running, waiting += o.waiting;
+    kv_blocks_total += o.kv_blocks_total, kv_blocks_used += o.kv_blocks_used, kv_blocks_cached += o.kv_blocks_cached;
+    preemptions += o.preemptions;
+    prefix_queries += o.prefix_queries, prefix_hits += o.prefix_hits;
+    prompt_tokens += o.prompt_tokens, generation_tokens += o.generation_tokens;
+    spec_drafts += o.spec_drafts, spec_draft_tokens += o.spec_draft_tokens, spec_accepted_tokens += o.spec_accepted_tokens;
+    return *this;
   }
 };
 
@@ -91,6 +108,8 @@ class Engine {
   // Called from the connector's threads when has_work() may have become true (null: none).
   void set_kv_wakeup(std::function<void()> wake);
   KvConnector* kv_connector() { return connector_.get(); }
+  // While idle: whether the executor's processes are still there (Executor::check_alive).
+  void check_alive() { executor_->check_alive(); }
 
   // Offline batch generation (vLLM's LLM.generate): runs every prompt to completion.
   // Result [i][j] is completion j of prompt i.

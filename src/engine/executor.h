@@ -14,6 +14,11 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual ModelRunnerOutput execute_model(const SchedulerOutput& so) = 0;
+  // A step with nothing scheduled, run only under data parallelism (Model::forward_dummy).
+  virtual void execute_dummy() = 0;
+  // Checks, while idle, that the processes running the steps are still there (a replica on
+  // another node); one that is gone ends the server with the reason. Nothing in-process.
+  virtual void check_alive() {}
 };
 
 // The model and its KV storage in this process, run by the calling thread.
@@ -23,6 +28,7 @@ class InProcessExecutor final : public Executor {
                     SpeculationSetup speculation = {})
       : runner_(model, kv, std::move(vocab), std::move(speculation)) {}
   ModelRunnerOutput execute_model(const SchedulerOutput& so) override { return runner_.execute(so); }
+  void execute_dummy() override { runner_.execute_dummy(); }
   ModelRunner& runner() { return runner_; }
 
  private:

@@ -45,15 +45,25 @@ void observe(HistogramSnapshot& h, double v) {
 
 uint64_t nonneg(int64_t n) { return n > 0 ? uint64_t(n) : 0; }  // counters never go down
 
+// Families in the order first written, each with its samples: several engines (DP replicas)
+// render through one Writer so that a family's samples stay together under one header, as the
+// exposition format requires.
 class Writer {
  public:
   explicit Writer(const std::string& model_name) : model_label_("model_name=\"" + escape_label_value(model_name) + "\"") {}
 
-  void header(const std::string& name, const char* type, const char* help) {
-    os_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  // Series written from now on also carry engine="<engine>".
+  void set_engine(int engine) {
+    engine_label_ = engine < 0 ? "" : ",engine=\"" + std::to_string(engine) + "\"";
   }
+  void header(const std::string& name, const char* type, const char* help) {
+    auto [it, added] = index_.emplace(name, families_.size());
+    if (added) families_.push_back("# HELP " + name + ' ' + help + "\n# TYPE " + name + ' ' + type + '\n');
+    current_ = it->second;
+  }
+  // A sample of the family of the last header().
   void sample(const std::string& name, const std::string& extra_labels, const std::string& value) {
-    os_ << name << '{' << model_label_ << extra_labels << "} " << value << '\n';
+    families_[current_] += name + '{' + model_label_ + engine_label_ + extra_labels + "} " + value + '\n';
   }
   void gauge(const std::string& name, const char* help, double v) {
     header(name, "gauge", help);
@@ -74,12 +84,20 @@ class Writer {
     sample(name + "_sum", "", format_prometheus_number(h.sum));
     sample(name + "_count", "", std::to_string(h.count));
   }
-  std::string str() const { return os_.str(); }
+  std::string str() const {
+    std::string out;
+    for (const std::string& f : families_) out += f;
+    return out;
+  }
 
  private:
-  std::string model_label_;
-  std::ostringstream os_;
+  std::string model_label_, engine_label_;
+  std::vector<std::string> families_;
+  std::map<std::string, size_t> index_;
+  size_t current_ = 0;
 };
+
+void write_snapshot(Writer& w, const MetricsSnapshot& s);
 
 }  // namespace
 
@@ -174,8 +192,23 @@ MetricsSnapshot Metrics::snapshot() const {
 }
 
 std::string Metrics::render_prometheus(const std::string& model_name) const {
-  const MetricsSnapshot s = snapshot();  // format outside the lock: the engine never waits on a scrape
+  const Metrics* self = this;
+  return kimi::render_prometheus(std::span<const Metrics* const>(&self, 1), model_name);
+}
+
+std::string render_prometheus(std::span<const Metrics* const> engines, const std::string& model_name) {
   Writer w(model_name);
+  for (size_t d = 0; d < engines.size(); ++d) {
+    w.set_engine(engines.size() > 1 ? int(d) : -1);
+    // Snapshots are formatted outside the lock: the engine never waits on a scrape.
+    write_snapshot(w, engines[d]->snapshot());
+  }
+  return w.str();
+}
+
+namespace {
+
+void write_snapshot(Writer& w, const MetricsSnapshot& s) {
   w.gauge("kimi:num_requests_running", "Number of requests in model execution batches.", double(s.num_requests_running));
   w.gauge("kimi:num_requests_waiting", "Number of requests waiting to be processed.", double(s.num_requests_waiting));
   w.gauge("kimi:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage_perc);
@@ -228,8 +261,9 @@ std::string Metrics::render_prometheus(const std::string& model_name) const {
   w.histogram("kimi:request_prompt_tokens", "Number of prefill tokens processed.", s.request_prompt_tokens);
   w.histogram("kimi:request_generation_tokens", "Number of generation tokens processed.",
               s.request_generation_tokens);
-  return w.str();
 }
+
+}  // namespace
 
 std::string escape_label_value(std::string_view v) {
   std::string out;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -85,6 +86,10 @@ class Metrics {
   mutable std::mutex mu_;
   MetricsSnapshot s_;  // the live values, guarded by mu_ (prefix_cache_hit_rate filled on read)
 };
+
+// Several engines' metrics (data-parallel replicas) in one exposition: each family once, its
+// series labelled engine="<index>" when there is more than one engine.
+std::string render_prometheus(std::span<const Metrics* const> engines, const std::string& model_name);
 
 // Used by the renderer; exposed for tests.
 std::string escape_label_value(std::string_view v);  // backslash, double quote, newline

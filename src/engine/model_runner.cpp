@@ -65,6 +65,16 @@ int64_t ModelRunner::sample(RequestState& st, const ScheduledRequest& s, const f
 }
 
 ModelRunnerOutput ModelRunner::execute(const SchedulerOutput& so) {
+  const uint64_t begun = model_.steps_begun();
+  try {
+    return execute_step(so);
+  } catch (const Error&) {
+    if (model_.data_parallel() && !so.empty() && model_.steps_begun() == begun) model_.forward_dummy();
+    throw;
+  }
+}
+
+ModelRunnerOutput ModelRunner::execute_step(const SchedulerOutput& so) {
   for (const std::string& id : so.finished_request_ids) states_.erase(id);
   for (const NewRequestData& n : so.new_requests) {
     RequestState st;

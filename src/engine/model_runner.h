@@ -44,7 +44,12 @@ class ModelRunner {
   ModelRunner(Model& model, const KvCacheConfig& kv, std::shared_ptr<const structured::TokenVocab> vocab = nullptr,
               SpeculationSetup speculation = {});
 
+  // Runs the step. Under data parallelism a step that fails before its forward pass began still
+  // runs the model's dummy step (Model::forward_dummy) before the error goes up, so that the
+  // other replicas' exchanges are met; an empty step runs none (the engine's lockstep does).
   ModelRunnerOutput execute(const SchedulerOutput& so);
+  // A step with nothing scheduled under data parallelism: the model's dummy step.
+  void execute_dummy() { model_.forward_dummy(); }
   KvStorage& kv_storage() { return storage_; }
   int64_t num_requests() const { return int64_t(states_.size()); }
 
@@ -61,6 +66,7 @@ class ModelRunner {
     int64_t prompt_logprobs_done = 1;  // prompt positions whose logprobs went out (a resumed
                                        // preemption recomputes them: not sent twice)
   };
+  ModelRunnerOutput execute_step(const SchedulerOutput& so);
   void add_prompt_logprobs(RequestState& st, const ScheduledRequest& s, const float* logits,
                            RequestRunnerOutput& out) const;
   // Samples (or verifies drafts and samples) from the request's logit rows; returns the number of

@@ -178,4 +178,56 @@ SchedulerOutput decode_step(std::span<const std::byte> bytes) {
   return so;
 }
 
+std::vector<std::byte> encode_runner_output(const ModelRunnerOutput& out) {
+  Writer w;
+  w.pod(uint64_t(out.requests.size()));
+  for (const RequestRunnerOutput& r : out.requests) {
+    w.str(r.request_id);
+    w.vec(r.sampled_token_ids);
+    w.pod(uint64_t(r.logprobs.size()));
+    for (const SampleResult& s : r.logprobs) {
+      w.pod(s.token);
+      w.pod(s.logprob);
+      w.vec(s.top);
+    }
+    w.pod(uint64_t(r.prompt_logprobs.size()));
+    for (const auto& p : r.prompt_logprobs) w.vec(p);
+    w.vec(r.hidden_states);
+    w.pod(r.num_accepted_drafts);
+    w.vec(r.draft_token_ids);
+  }
+  return std::move(w.out);
+}
+
+ModelRunnerOutput decode_runner_output(std::span<const std::byte> bytes) {
+  Reader r(bytes);
+  ModelRunnerOutput out;
+  // Each element takes at least 8 bytes, so a count is checked against what is left before any
+  // allocation (a corrupt count must not reserve gigabytes).
+  const auto count = [&](const char* what) {
+    const uint64_t n = r.pod<uint64_t>();
+    if (n > bytes.size() / 8) throw Error(std::string("runner output: bad ") + what + " count");
+    return n;
+  };
+  for (uint64_t i = 0, n = count("request"); i < n; ++i) {
+    RequestRunnerOutput o;
+    o.request_id = r.str();
+    o.sampled_token_ids = r.vec<int32_t>();
+    for (uint64_t k = 0, nk = count("logprob"); k < nk; ++k) {
+      SampleResult s;
+      s.token = r.pod<int32_t>();
+      s.logprob = r.pod<float>();
+      s.top = r.vec<TokenLogprob>();
+      o.logprobs.push_back(std::move(s));
+    }
+    for (uint64_t k = 0, nk = count("prompt logprob"); k < nk; ++k) o.prompt_logprobs.push_back(r.vec<TokenLogprob>());
+    o.hidden_states = r.vec<float>();
+    o.num_accepted_drafts = r.pod<int64_t>();
+    o.draft_token_ids = r.vec<int32_t>();
+    out.requests.push_back(std::move(o));
+  }
+  if (!r.done()) throw Error("runner output: trailing bytes");
+  return out;
+}
+
 }  // namespace kimi

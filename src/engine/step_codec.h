@@ -1,7 +1,7 @@
 #pragma once
 // Bytes for what rank 0 sends its tensor-parallel workers each step: the SchedulerOutput (plain
 // data already, see engine/scheduler_output.h) in a little-endian length-prefixed encoding of
-// our own. A worker runs the same forward on its shard and drops its samples, so the sampling
+// our own; and, from a data-parallel replica back to rank 0, its ModelRunnerOutput. A worker runs the same forward on its shard and drops its samples, so the sampling
 // settings travel only as far as they shape the step (penalties, logprobs, seeds); stop strings
 // and structured-output specs stay with rank 0.
 #include <cstddef>
@@ -15,5 +15,9 @@ namespace kimi {
 std::vector<std::byte> encode_step(const SchedulerOutput& so);
 // Throws kimi::Error on bytes that are not a whole encoded step.
 SchedulerOutput decode_step(std::span<const std::byte> bytes);
+
+std::vector<std::byte> encode_runner_output(const ModelRunnerOutput& out);
+// Throws kimi::Error on bytes that are not a whole encoded output.
+ModelRunnerOutput decode_runner_output(std::span<const std::byte> bytes);
 
 }  // namespace kimi

@@ -14,7 +14,7 @@ namespace kimi {
 namespace {
 
 // The first byte of every message from rank 0.
-enum Message : uint8_t { kStop = 0, kKvConfig = 1, kStep = 2 };
+enum Message : uint8_t { kStop = 0, kKvConfig = 1, kStep = 2, kDummy = 3 };
 
 std::vector<std::byte> kv_message(const KvCacheConfig& kv) {
   std::vector<std::byte> m(1 + sizeof(int64_t) * 2 + 1);
@@ -49,6 +49,29 @@ TensorParallelExecutor::~TensorParallelExecutor() {
   }
 }
 
+namespace {
+
+[[noreturn]] void exit_lost_rank(const CollectiveError& e) {
+  // A rank is gone: the shards can no longer step together, and the engine above would only
+  // fail every later step. End the process with the reason (vLLM's API server also exits when
+  // its engine core dies); the workers see the closed connections and end too.
+  std::fprintf(stderr, "kimi: tensor-parallel group lost a rank, exiting: %s\n", e.what());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+}  // namespace
+
+void TensorParallelExecutor::execute_dummy() {
+  std::vector<std::byte> m{std::byte{kDummy}};
+  try {
+    group_->broadcast_bytes(m, 0);
+    runner_.execute_dummy();
+  } catch (const CollectiveError& e) {
+    exit_lost_rank(e);
+  }
+}
+
 ModelRunnerOutput TensorParallelExecutor::execute_model(const SchedulerOutput& so) {
   for (const NewRequestData& n : so.new_requests)
     if (n.sampling_params.structured.active())
@@ -59,12 +82,7 @@ ModelRunnerOutput TensorParallelExecutor::execute_model(const SchedulerOutput& s
     group_->broadcast_bytes(m, 0);
     return runner_.execute(so);
   } catch (const CollectiveError& e) {
-    // A rank is gone: the shards can no longer step together, and the engine above would only
-    // fail every later step. End the process with the reason (vLLM's API server also exits when
-    // its engine core dies); the workers see the closed connections and end too.
-    std::fprintf(stderr, "kimi: tensor-parallel group lost a rank, exiting: %s\n", e.what());
-    std::fflush(stderr);
-    std::_Exit(1);
+    exit_lost_rank(e);
   }
 }
 
@@ -85,6 +103,10 @@ void run_tensor_parallel_worker(Model& model) {
       std::memcpy(&kv.block_size, &m[9], 8);
       kv.dtype = KvCacheDtype(uint8_t(m[17]));
       runner = std::make_unique<ModelRunner>(model, kv);
+      continue;
+    }
+    if (kind == kDummy && runner) {
+      runner->execute_dummy();
       continue;
     }
     if (kind != kStep || !runner) throw Error("tensor-parallel worker: unexpected message from rank 0");

@@ -18,9 +18,43 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
       attention_config_(TensorParallel{options.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
       weights_(load_weights(*checkpoint_, config_, options.quantization,
-                            TensorParallel{options.tensor_parallel.get(), options.expert_parallel})),
+                            TensorParallel{options.tensor_parallel.get(), options.expert_parallel,
+                                           options.data_parallel.get(), options.expert_group.get()})),
       rope_(config_),
       pool_(options.num_threads) {}
+
+namespace {
+
+// What forward() refuses, checked before it starts (and before any collective).
+void check_batch(const ModelConfig& c, const ForwardBatch& batch) {
+  for (const ForwardSequence& s : batch.seqs) {
+    const int64_t len = int64_t(s.tokens.size());
+    if (!s.kv.storage) throw Error("forward: sequence without a KV cache");
+    if (s.tokens.empty()) throw Error("forward: sequence with no new tokens");
+    if (s.kv.length + len > s.kv.capacity())
+      throw Error("forward: " + std::to_string(s.kv.length + len) + " tokens exceed the KV cache capacity of " +
+                  std::to_string(s.kv.capacity()));
+    if (s.num_logits < 0 || s.num_logits > len) throw Error("forward: num_logits outside 0.." + std::to_string(len));
+    if (s.embedding_values.size() != s.embedding_offsets.size() * size_t(c.hidden_size))
+      throw Error("forward: embedding rows must be [offsets, hidden_size]");
+    for (int64_t off : s.embedding_offsets)
+      if (off < 0 || off >= len) throw Error("forward: embedding row offset outside the sequence's new tokens");
+    for (int32_t tok : s.tokens)
+      if (tok < 0 || tok >= c.vocab_size)
+        throw Error("token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
+                    std::to_string(c.vocab_size - 1) + ")");
+  }
+  for (int64_t l : batch.capture_hidden_layers)
+    if (l < 0 || l > c.num_hidden_layers) throw Error("forward: no layer " + std::to_string(l) + " to capture");
+}
+
+}  // namespace
+
+void Model::forward_dummy() {
+  ++steps_begun_;
+  for (const LayerWeights& L : weights_.layers)
+    if (L.moe) moe_dummy_forward(config_, *L.moe, pool_);
+}
 
 ForwardResult Model::forward(const ForwardBatch& batch) {
   const auto start = std::chrono::steady_clock::now();
@@ -30,25 +64,21 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
   const float eps = float(c.rms_norm_eps);
   const auto& seqs = batch.seqs;
 
+  // A batch refused here still owes the other DP replicas its part of the step's exchanges: run
+  // them empty, then report the error.
+  try {
+    check_batch(c, batch);
+  } catch (const Error&) {
+    if (data_parallel()) forward_dummy();
+    throw;
+  }
+  ++steps_begun_;
   std::vector<SeqSlice> slices;
   int64_t n = 0;
   for (const ForwardSequence& s : seqs) {
-    const int64_t len = int64_t(s.tokens.size());
-    if (!s.kv.storage) throw Error("forward: sequence without a KV cache");
-    if (s.tokens.empty()) throw Error("forward: sequence with no new tokens");
-    if (s.kv.length + len > s.kv.capacity())
-      throw Error("forward: " + std::to_string(s.kv.length + len) + " tokens exceed the KV cache capacity of " +
-                  std::to_string(s.kv.capacity()));
-    if (s.num_logits < 0 || s.num_logits > len) throw Error("forward: num_logits outside 0.." + std::to_string(len));
-    if (s.embedding_values.size() != s.embedding_offsets.size() * size_t(D))
-      throw Error("forward: embedding rows must be [offsets, hidden_size]");
-    for (int64_t off : s.embedding_offsets)
-      if (off < 0 || off >= len) throw Error("forward: embedding row offset outside the sequence's new tokens");
-    slices.push_back({s.kv, n, len});
-    n += len;
+    slices.push_back({s.kv, n, int64_t(s.tokens.size())});
+    n += int64_t(s.tokens.size());
   }
-  for (int64_t l : batch.capture_hidden_layers)
-    if (l < 0 || l > c.num_hidden_layers) throw Error("forward: no layer " + std::to_string(l) + " to capture");
 
   ForwardResult result;
   result.num_tokens = n;
@@ -70,9 +100,6 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     int64_t row = 0;
     for (const ForwardSequence& s : seqs)
       for (int32_t tok : s.tokens) {
-        if (tok < 0 || tok >= c.vocab_size)
-          throw Error("token id " + std::to_string(tok) + " is outside the vocabulary (0.." +
-                      std::to_string(c.vocab_size - 1) + ")");
         const int64_t local = tok - first_token;
         if (local >= 0 && local < weights_.embed.rows) {
           const auto* src = static_cast<const std::byte*>(weights_.embed.data) + size_t(local) * row_bytes;

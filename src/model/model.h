@@ -31,6 +31,13 @@ struct ModelOptions {
   // --enable-expert-parallel: within that group, deal the routed experts out whole (a contiguous
   // range per rank) instead of slicing each one; nothing without a group of 2 or more.
   bool expert_parallel = false;
+  // Data parallelism (--data-parallel-size > 1; both null without it): the ranks with this TP
+  // index in every DP replica, in DP-rank order, and all tp x dp ranks. Each replica runs its own
+  // batches; the routed experts are spread over all ranks and every MoE block exchanges tokens
+  // across replicas (model/parallel_linear.h), so every replica must run each step, a replica
+  // without work calling forward_dummy().
+  std::shared_ptr<Communicator> data_parallel = nullptr;
+  std::shared_ptr<Communicator> expert_group = nullptr;
 };
 
 // One sequence's part of a forward step. The contract with the cache: forward writes exactly the
@@ -88,6 +95,13 @@ class Model {
   // Throws kimi::Error for out-of-range token ids, bad embedding rows or a block table too short
   // for the new tokens.
   ForwardResult forward(const ForwardBatch& batch);
+  // Under data parallelism: this replica's part of a step in which it runs no tokens (the MoE
+  // blocks' exchanges with the other replicas). Nothing without it.
+  void forward_dummy();
+  // Steps begun: forward() calls past their checks, and forward_dummy() calls. A caller that
+  // failed before its step began (count unchanged) owes the replicas a forward_dummy().
+  uint64_t steps_begun() const { return steps_begun_; }
+  bool data_parallel() const { return options_.data_parallel && options_.data_parallel->size() > 1; }
 
  private:
   std::filesystem::path dir_;
@@ -98,6 +112,7 @@ class Model {
   ModelWeights weights_;
   Rope rope_;
   ThreadPool pool_;
+  uint64_t steps_begun_ = 0;
   PhaseTimes* phase_times_ = nullptr;
 };
 

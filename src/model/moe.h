@@ -35,7 +35,12 @@ struct MoeTiming {
 // out[n, hidden] = sum_k weight_k * expert_k(x) + shared(x), the sum over the TP group (w.reduce)
 // included. Under expert parallelism (w.first_expert, model/parallel_linear.h) this rank adds
 // only the selected experts it holds; the all-reduce brings in the others'.
+// Under data parallelism (w.data_parallel) the block first gathers the other DP replicas' tokens
+// and every rank of the run must call it for each step (model/parallel_linear.h).
 void moe_forward(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool, float* out,
                  MoeTiming timing = {});
+
+// A data-parallel replica's part of a step in which it has no tokens (nothing without DP).
+void moe_dummy_forward(const ModelConfig& c, const MoeWeights& w, ThreadPool& pool);
 
 }  // namespace kimi

@@ -8,23 +8,26 @@
 namespace kimi {
 
 void TensorParallel::check(const ModelConfig& c) const {
-  const int64_t n = size();
-  auto need = [&](int64_t v, const char* what) {
+  auto need = [](int64_t n, int64_t v, const char* what, const char* kind) {
     if (v % n != 0)
-      throw Error("tensor parallel size " + std::to_string(n) + " does not divide " + what + " (" + std::to_string(v) +
-                  ")");
+      throw Error(std::string(kind) + " size " + std::to_string(n) + " does not divide " + what + " (" +
+                  std::to_string(v) + ")");
   };
-  need(c.num_attention_heads, "num_attention_heads");
-  need(c.intermediate_size, "intermediate_size");
+  const int64_t n = size();
+  need(n, c.num_attention_heads, "num_attention_heads", "tensor parallel");
+  need(n, c.intermediate_size, "intermediate_size", "tensor parallel");
   if (c.n_routed_experts == 0) return;
+  // Shared experts are split over the TP group; routed ones over routed_experts()' ranks.
+  if (c.n_shared_experts > 0)
+    need(n, c.moe_intermediate_size * c.n_shared_experts, "the shared experts' width", "tensor parallel");
+  const int64_t m = routed_experts().size();
   if (!expert_parallel) {
-    need(c.moe_intermediate_size, "moe_intermediate_size");
+    need(m, c.moe_intermediate_size, "moe_intermediate_size", "tensor parallel (routed experts)");
     return;
   }
-  if (c.n_routed_experts % n != 0)
-    throw Error("expert parallel size " + std::to_string(n) + " does not divide n_routed_experts (" +
+  if (c.n_routed_experts % m != 0)
+    throw Error("expert parallel size " + std::to_string(m) + " does not divide n_routed_experts (" +
                 std::to_string(c.n_routed_experts) + "): each rank must own the same number of whole experts");
-  if (c.n_shared_experts > 0) need(c.moe_intermediate_size * c.n_shared_experts, "the shared experts' width");
 }
 
 ExpertRange TensorParallel::experts(const ModelConfig& c) const {

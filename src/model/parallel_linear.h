@@ -11,6 +11,11 @@
 // [r * E / N, (r + 1) * E / N). Hidden states are replicated after every all-reduce, so each
 // rank routes every token itself, runs the selected experts it owns, and the MoE block's one
 // all-reduce sums all ranks' routed outputs with the (still sliced) shared expert's.
+//
+// Under data parallelism (vLLM's DP attention with EP or TP MoE) the routed experts are spread
+// over all tp x dp ranks instead (whole with expert_parallel, sliced without): each MoE block
+// gathers the DP replicas' tokens, runs its experts on all of them, sums the routed outputs over
+// every rank and keeps its own rows; attention, dense layers and shared experts stay per replica.
 #include <cstdint>
 
 #include "format/model_config.h"
@@ -28,13 +33,25 @@ struct ExpertRange {
 struct TensorParallel {
   Communicator* group = nullptr;  // not owned; nullptr: a single rank
   bool expert_parallel = false;   // routed experts partitioned over the group instead of sliced
+  // Data parallelism (both null without it): the ranks with this TP index in every DP replica,
+  // in DP-rank order, and all tp x dp ranks, which share the routed experts.
+  Communicator* data_parallel = nullptr;
+  Communicator* moe_group = nullptr;
   int rank() const { return group ? group->rank() : 0; }
   int size() const { return group ? group->size() : 1; }
+  // Whether MoE blocks exchange tokens across DP replicas.
+  bool moe_data_parallel() const { return data_parallel && data_parallel->size() > 1 && moe_group; }
+  // The ranks the routed experts are spread over: all tp x dp ranks under data parallelism,
+  // otherwise the TP group.
+  TensorParallel routed_experts() const {
+    return moe_data_parallel() ? TensorParallel{moe_group, expert_parallel} : TensorParallel{group, expert_parallel};
+  }
   // Throws kimi::Error unless heads and MLP / expert widths divide evenly over the ranks (under
   // expert parallelism: the expert count, and the shared experts' width, instead of the routed
   // experts' width).
   void check(const ModelConfig& c) const;
-  // The routed experts this rank binds and runs: all of them unless expert_parallel.
+  // The routed experts this rank binds and runs, of those spread over this group: all of them
+  // unless expert_parallel (call on routed_experts()).
   ExpertRange experts(const ModelConfig& c) const;
   // How a routed expert's matrices are split: like the rest under plain TP, whole under EP.
   TensorParallel routed_expert_split() const { return expert_parallel ? TensorParallel{} : *this; }

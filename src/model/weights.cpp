@@ -94,12 +94,17 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   m.router = dense(layer_tensor(c, l, "mlp.gate.weight"));
   if (c.topk_method == "noaux_tc") m.correction_bias = vec(layer_tensor(c, l, "mlp.gate.e_score_correction_bias"));
   // Only this rank's experts are bound (all of them without EP): the rest stay unread.
-  const ExpertRange mine = tp.experts(c);
+  const TensorParallel routed = tp.routed_experts();
+  const ExpertRange mine = routed.experts(c);
   m.first_expert = mine.first;
   for (int64_t e = mine.first; e < mine.first + mine.count; ++e)
-    m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + ".", tp.routed_expert_split()));
+    m.experts.push_back(mlp("mlp.experts." + std::to_string(e) + ".", routed.routed_expert_split()));
   if (c.n_shared_experts > 0) m.shared = mlp("mlp.shared_experts.", tp);
   m.reduce = reduce;
+  if (tp.moe_data_parallel()) {
+    m.data_parallel = tp.data_parallel;
+    m.routed_reduce = RowParallelReduce{tp.moe_group};
+  }
   active.add(m.router);
   active.add_share(m.experts[0], c.num_experts_per_tok, mine.count, c.n_routed_experts);
   if (m.shared) active.add(*m.shared);

@@ -38,6 +38,10 @@ struct MoeWeights {
   std::vector<MlpWeights> experts;
   std::optional<MlpWeights> shared;
   RowParallelReduce reduce;  // one sum over the TP group for the routed and shared experts together
+  // Under data parallelism (model/parallel_linear.h): the group the tokens are gathered over, and
+  // the sum of the routed outputs over all tp x dp ranks (then `reduce` sums the shared expert only).
+  Communicator* data_parallel = nullptr;
+  RowParallelReduce routed_reduce;
 };
 
 struct LayerWeights {

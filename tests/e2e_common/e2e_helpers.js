@@ -6,6 +6,7 @@
 const { spawn, execFileSync } = require('child_process');
 const fs = require('fs');
 const path = require('path');
+const net = require('net');
 
 const results = [];
 
@@ -67,4 +68,17 @@ async function startProcess(kimi, args) {
   return { proc, port, base: `http://127.0.0.1:${port}`, log: () => log };
 }
 
-module.exports = { results, assert, eq, check, summary, expectStatus, startServer, startProcess };
+// A TCP port free on 127.0.0.1 now (for a flag that needs a fixed port, such as the rendezvous
+// store's --data-parallel-rpc-port).
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+module.exports = { results, assert, eq, check, summary, expectStatus, startServer, startProcess, freePort };

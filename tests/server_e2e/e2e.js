@@ -18,18 +18,26 @@ const kimi = process.argv[2];
 // (`kimi make-model --draft eagle3`): every check must pass as without it.
 const eagle3 = process.argv.includes('--eagle3');
 const disagg = process.argv.includes('--disagg');
+// With --tp2dp2 every server is 4 processes: 2 data-parallel replicas of 2 tensor-parallel ranks,
+// the routed experts dealt out over all 4 (--enable-expert-parallel).
+const tp2dp2 = process.argv.includes('--tp2dp2');
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kimi-e2e-'));
 
 // `kimi serve` on the tiny model, as tiny and kimi-tiny, behind --api-key secret.
-function startServer(extraArgs) {
+async function startServer(extraArgs) {
   const speculative = [];
   if (eagle3) {
     const draft = path.join(dir, 'tiny-eagle3');
     if (!fs.existsSync(draft)) execFileSync(kimi, ['make-model', draft, '--preset', 'tiny', '--draft', 'eagle3']);
     speculative.push('--speculative-config', JSON.stringify({ method: 'eagle3', model: draft, num_speculative_tokens: 3 }));
   }
+  const parallel = [];
+  if (tp2dp2) {
+    parallel.push('-tp', '2', '-dp', '2', '--enable-expert-parallel', '--threads', '1',
+      '--data-parallel-rpc-port', String(await e2e.freePort()));
+  }
   const args = ['--served-model-name', 'tiny,kimi-tiny', '--max-model-len', '512', '--api-key', 'secret',
-    ...speculative, ...extraArgs];
+    ...speculative, ...parallel, ...extraArgs];
   return disagg ? startDisaggregated(args) : e2e.startServer(kimi, dir, args);
 }
 
@@ -177,6 +185,18 @@ async function main() {
       const failures = await metric(instance.base, 'kimi:kv_transfer_failures_total');
       const bytes = await metric(instance.base, 'kimi:kv_transfer_bytes_total');
       assert(loads > 0 && bytes > 0 && failures === 0, `loads ${loads}, bytes ${bytes}, failures ${failures}`);
+    });
+  }
+
+  if (tp2dp2) {
+    await check('both data-parallel replicas served requests (engine-labelled metrics)', async () => {
+      for (let i = 0; i < 4; ++i) await client.completions.create({ model: 'tiny', prompt: 'Hello', max_tokens: 2 });
+      const text = await (await fetch(instance.base + '/metrics')).text();
+      for (const engine of ['0', '1']) {
+        const line = text.split('\n').find((l) => l.startsWith('kimi:prompt_tokens_total{') &&
+          l.includes(`engine="${engine}"`));
+        assert(line && Number(line.split(' ').pop()) > 0, `replica ${engine}: ${line}`);
+      }
     });
   }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ctest entry: installs the pinned npm packages into the build tree (once) and runs the test.
-# Usage: run.sh KIMI_BINARY WORK_DIR [--eagle3 | --disagg]
+# Usage: run.sh KIMI_BINARY WORK_DIR [--eagle3 | --disagg | --tp2dp2]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 kimi=$1

@@ -1,0 +1,291 @@
+// Data parallelism (attention replicas, routed experts over all ranks) against one process:
+// the tiny model's MoE exchange with replicas of different batch sizes and dummy steps, the
+// engine's replicas in lockstep (forked ranks, 127.0.0.1), and `kimi serve -dp 2` in one command
+// and as a two-"node" launch (--headless --data-parallel-start-rank 1).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <future>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/async_engine.h"
+#include "engine/dp_executor.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "parallel/tcp_store.h"
+#include "parallel/world.h"
+#include "parallel_ranks.h"
+#include "serve_process.h"
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+// A prompt's logits at every position, then `steps` greedy tokens, each with its logits.
+struct DpTrace {
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+};
+
+DpTrace greedy_trace(Model& model, const std::vector<int32_t>& prompt, int steps) {
+  KvCache cache = model.new_cache(64);
+  DpTrace t;
+  t.logits = forward_sequence(model, prompt, cache, /*all_logits=*/true);
+  const int64_t V = model.config().vocab_size;
+  std::vector<float> last(t.logits.end() - V, t.logits.end());
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    t.tokens.push_back(next);
+    const int32_t one[] = {next};
+    last = forward_sequence(model, one, cache);
+    t.logits.insert(t.logits.end(), last.begin(), last.end());
+  }
+  return t;
+}
+
+void save_trace(const std::filesystem::path& p, const DpTrace& t) {
+  std::ofstream f(p, std::ios::binary);
+  const uint64_t nl = t.logits.size(), nt = t.tokens.size();
+  f.write(reinterpret_cast<const char*>(&nl), 8);
+  f.write(reinterpret_cast<const char*>(t.logits.data()), std::streamsize(nl * 4));
+  f.write(reinterpret_cast<const char*>(&nt), 8);
+  f.write(reinterpret_cast<const char*>(t.tokens.data()), std::streamsize(nt * 4));
+}
+
+DpTrace load_trace(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  DpTrace t;
+  uint64_t n = 0;
+  f.read(reinterpret_cast<char*>(&n), 8);
+  t.logits.resize(n);
+  f.read(reinterpret_cast<char*>(t.logits.data()), std::streamsize(n * 4));
+  f.read(reinterpret_cast<char*>(&n), 8);
+  t.tokens.resize(n);
+  f.read(reinterpret_cast<char*>(t.tokens.data()), std::streamsize(n * 4));
+  if (!f) throw Error("cannot read " + p.string());
+  return t;
+}
+
+// Rank r of a tp 1 x dp 2 run: its DP group and the group of all ranks, over `port`'s store.
+struct DpRank {
+  World world;
+  ModelOptions options;
+  DpRank(int rank, int port, bool expert_parallel)
+      : world(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
+                           .identity = "tiny|dp=2"}) {
+    options.num_threads = 1;
+    options.data_parallel = world.new_group("dp0", {0, 1});
+    options.expert_group = world.new_group("moe", {0, 1});
+    options.expert_parallel = expert_parallel;
+  }
+};
+
+const std::vector<int32_t> kLongPrompt{5, 17, 300, 42, 1000, 7, 7, 64};
+const std::vector<int32_t> kShortPrompt{900, 12, 3};
+constexpr int kLongSteps = 6, kShortSteps = 2;
+
+// Replica 0 runs a longer prompt and more steps than replica 1, which then runs dummy steps
+// until replica 0 is done: each must get exactly one process's logits and tokens.
+void expect_replicas_match_one_process(bool expert_parallel) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
+  test::TempDir dir;
+  const auto model_dir = test::make_tiny_model(dir);
+  DpTrace want_long, want_short;
+  {  // the references, their threads gone before the ranks are forked
+    Model one(model_dir, ModelOptions{.num_threads = 1});
+    want_long = greedy_trace(one, kLongPrompt, kLongSteps);
+    want_short = greedy_trace(one, kShortPrompt, kShortSteps);
+  }
+  TcpStoreServer server("127.0.0.1", 0);
+  const int port = server.port();
+  const auto codes = test::run_ranks(2, [&](int rank) {
+    DpRank r(rank, port, expert_parallel);
+    Model replica(model_dir, r.options);
+    const ModelConfig& c = replica.config();
+    // Placement: under EP rank r holds experts [8r, 8r + 8) whole; without, all 16 at half width.
+    for (const LayerWeights& L : replica.weights().layers) {
+      if (!L.moe) continue;
+      const int64_t owned = expert_parallel ? c.n_routed_experts / 2 : c.n_routed_experts;
+      const int64_t rows = expert_parallel ? c.moe_intermediate_size : c.moe_intermediate_size / 2;
+      if (L.moe->first_expert != (expert_parallel ? rank * owned : 0) || int64_t(L.moe->experts.size()) != owned ||
+          L.moe->experts[0].gate.rows != rows || !L.moe->data_parallel)
+        return 4;
+    }
+    const DpTrace t = rank == 0 ? greedy_trace(replica, kLongPrompt, kLongSteps) : greedy_trace(replica, kShortPrompt, kShortSteps);
+    for (int i = 0; rank == 1 && i < kLongSteps - kShortSteps; ++i) replica.forward_dummy();
+    save_trace(dir.path() / ("rank" + std::to_string(rank)), t);
+    return 0;
+  }, std::chrono::seconds(120));
+  ASSERT_EQ(codes, (std::vector<int>{0, 0}));
+  const auto expect_close = [](const DpTrace& got, const DpTrace& want, const char* which) {
+    EXPECT_EQ(got.tokens, want.tokens) << which;
+    ASSERT_EQ(got.logits.size(), want.logits.size()) << which;
+    double worst = 0;
+    for (size_t i = 0; i < want.logits.size(); ++i) worst = std::max(worst, double(std::fabs(got.logits[i] - want.logits[i])));
+    // Float sums in another order (experts split over ranks, then all-reduced): rounding only.
+    EXPECT_LT(worst, 1e-3) << which;
+  };
+  expect_close(load_trace(dir.path() / "rank0"), want_long, "replica 0");
+  expect_close(load_trace(dir.path() / "rank1"), want_short, "replica 1");
+}
+
+TEST(DataParallel, ReplicasWithExpertParallelismMatchOneProcess) { expect_replicas_match_one_process(true); }
+TEST(DataParallel, ReplicasWithExpertsSlicedMatchOneProcess) { expect_replicas_match_one_process(false); }
+
+// Several prompts of different lengths (the longer ones prefilled in chunks), greedy.
+const std::vector<std::vector<int32_t>> kPrompts{
+    {5, 17, 300, 42, 1000, 7, 7, 64, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20},
+    {3, 1, 4, 1, 5},
+    {900, 800, 700, 600, 500, 400, 300, 200, 100, 50, 25, 12, 6},
+    {2, 7, 1, 8, 2, 8},
+    {11, 22, 33}};
+
+EngineConfig small_engine_config() {
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 4;
+  ec.scheduler.max_num_batched_tokens = 8;
+  ec.scheduler.max_model_len = 256;
+  ec.num_kv_blocks_override = 64;
+  return ec;
+}
+
+// Through the engines: rank 0's AsyncEngine holds replica 0 and a client of replica 1, whose
+// leader runs the steps it is sent; requests go to the least loaded replica.
+TEST(DataParallel, EngineReplicasGiveTheTokensOfOneEngine) {
+  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
+  test::TempDir dir;
+  const auto model_dir = test::make_tiny_model(dir);
+  std::vector<std::vector<int32_t>> want;
+  {
+    Model one(model_dir, ModelOptions{.num_threads = 1});
+    Engine engine(one, nullptr, small_engine_config());
+    for (const auto& c : engine.generate(kPrompts, test::greedy(6))) want.push_back(c.at(0).token_ids);
+  }
+  TcpStoreServer server("127.0.0.1", 0);
+  const int port = server.port();
+  const auto codes = test::run_ranks(2, [&](int rank) {
+    DpRank r(rank, port, /*expert_parallel=*/true);
+    Model replica(model_dir, r.options);
+    auto link = r.world.new_group("link1", {0, 1});
+    if (rank == 1) {
+      run_data_parallel_leader(replica, *link);
+      return 0;
+    }
+    int bad = 0;
+    {
+      DataParallelReplicas others;
+      others.executors.push_back(
+          [link](const KvCacheConfig& kv) -> std::unique_ptr<Executor> { return std::make_unique<DataParallelClient>(link, kv); });
+      AsyncEngine engine(replica, nullptr, small_engine_config(), std::move(others));
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (size_t i = 0; i < kPrompts.size(); ++i)
+        streams.push_back(engine.add_request("r" + std::to_string(i), kPrompts[i], test::greedy(6)));
+      for (size_t i = 0; i < streams.size(); ++i) {
+        std::vector<int32_t> got;
+        while (auto o = streams[i]->next()) got.insert(got.end(), o->token_ids.begin(), o->token_ids.end());
+        if (got != want[i]) {
+          std::fprintf(stderr, "prompt %zu: other tokens than one engine's\n", i);
+          bad = 3;
+        }
+      }
+      // Both replicas served some, each labelled in /metrics.
+      const std::string metrics = engine.render_metrics("m");
+      for (const char* label : {"engine=\"0\"", "engine=\"1\""})
+        if (metrics.find(std::string("kimi:prompt_tokens_total{model_name=\"m\",") + label + "} 0") != std::string::npos ||
+            metrics.find(label) == std::string::npos) {
+          std::fprintf(stderr, "replica %s served nothing:\n%s\n", label, metrics.c_str());
+          bad = 5;
+        }
+    }
+    return bad;
+  }, std::chrono::seconds(120));
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+int free_port() {
+  TcpStoreServer probe("127.0.0.1", 0);
+  return probe.port();
+}
+
+// Greedy completions of the prompts, sent at once so that both replicas work together.
+std::vector<std::string> completions(int port) {
+  std::vector<std::future<json>> answers;
+  for (const auto& p : kPrompts)
+    answers.push_back(std::async(std::launch::async, [port, p] {
+      return test::post(port, "/v1/completions",
+                        {{"prompt", p}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}});
+    }));
+  std::vector<std::string> texts;
+  for (auto& a : answers) {
+    const json j = a.get();
+    texts.push_back(j.is_object() && j.contains("choices") ? j["choices"][0].value("text", "") : "<no answer>");
+  }
+  return texts;
+}
+
+// `kimi serve -dp 2 --enable-expert-parallel` (one command, two processes), then the same run as
+// two "nodes": each must answer exactly as one process does.
+TEST(DataParallelServe, OneCommandAndTwoNodesAnswerAsOneProcess) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir).string();
+  std::vector<std::string> want;
+  {
+    test::ServeProcess single(model, (dir.path() / "single.log").string());
+    ASSERT_GT(single.port(), 0) << single.log();
+    want = completions(single.port());
+  }
+  ASSERT_EQ(want.size(), kPrompts.size());
+  {
+    test::ServeProcess dp(model, (dir.path() / "dp.log").string(),
+                          {"-dp", "2", "--enable-expert-parallel", "--data-parallel-rpc-port", std::to_string(free_port())},
+                          120);
+    ASSERT_GT(dp.port(), 0) << dp.log();
+    EXPECT_NE(dp.log().find("data parallel: 2 replicas"), std::string::npos) << dp.log();
+    EXPECT_EQ(completions(dp.port()), want) << dp.log();
+    const std::string metrics = test::get(dp.port(), "/metrics");
+    EXPECT_NE(metrics.find("engine=\"1\""), std::string::npos) << metrics;
+  }
+  {
+    const std::string store = std::to_string(free_port());
+    // Node 1 first: it waits for node 0's store (the order a cluster's nodes start in is arbitrary).
+    test::ServeProcess node1(model, (dir.path() / "node1.log").string(),
+                             {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-start-rank", "1",
+                              "--headless", "--data-parallel-rpc-port", store},
+                             0);
+    test::ServeProcess node0(model, (dir.path() / "node0.log").string(),
+                             {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-rpc-port", store}, 120);
+    ASSERT_GT(node0.port(), 0) << node0.log() << "\nnode 1:\n" << node1.log();
+    EXPECT_EQ(completions(node0.port()), want) << node0.log() << "\nnode 1:\n" << node1.log();
+  }
+}
+
+// A replica's node dies while the server is idle: the API server notices within seconds (no
+// process of its own watches the other node), says so and exits non-zero.
+TEST(DataParallelServe, ServerExitsWhenAnotherNodesReplicaDies) {
+  test::TempDir dir;
+  const auto model = test::make_tiny_model(dir).string();
+  const std::string store = std::to_string(free_port());
+  test::ServeProcess node1(model, (dir.path() / "node1.log").string(),
+                           {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-start-rank", "1", "--headless",
+                            "--data-parallel-rpc-port", store},
+                           0);
+  test::ServeProcess node0(model, (dir.path() / "node0.log").string(),
+                           {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-rpc-port", store}, 120);
+  ASSERT_GT(node0.port(), 0) << node0.log() << "\nnode 1:\n" << node1.log();
+  node1.stop(SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::optional<int> status = node0.wait_exit(20);
+  ASSERT_TRUE(status.has_value()) << "still serving 20 s after the other node died:\n" << node0.log();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) != 0) << node0.log();
+  EXPECT_NE(node0.log().find("a data-parallel replica was lost"), std::string::npos) << node0.log();
+  EXPECT_LT(test::seconds_since(t0), 5.0) << node0.log();
+}
+
+}  // namespace
+}  // namespace kimi
