@@ -3,10 +3,11 @@
 // runs the given function and leaves with its return value as exit status, never returning into
 // GoogleTest. A child still running at the deadline is killed and reported as -1.
 //
-// The children start only once all are forked: a child already at work makes the parent's
-// threads (the test's rendezvous store) allocate, and a fork in that moment hands the next child
-// a locked allocator. glibc's malloc survives that; GCC 12's ASan allocator does not (the child
-// hung at its first malloc under load).
+// Fork only while this process has no other thread: a thread that allocates while the process
+// forks can hand the child a locked allocator (GCC 12's ASan allocator has no fork handler; a
+// child then hung at its first malloc). So the test's rendezvous store is made with start =
+// false and started by `after_fork`, which runs after the last fork; and the children start
+// working only once all are forked.
 #include <signal.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -23,19 +24,9 @@
 
 namespace kimi::test {
 
-// Under GCC 12's ASan the forked ranks still hung now and then (see run_ranks; the gate below
-// was not yet verified there), so the tests that fork ranks skip themselves in sanitizer builds
-// and run in Release. Use as the first statement of a test (or of a void helper it calls).
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kForkedRanksUnderAsan = true;
-#else
-inline constexpr bool kForkedRanksUnderAsan = false;
-#endif
-#define KIMI_SKIP_FORKED_RANKS_UNDER_ASAN() \
-  if (::kimi::test::kForkedRanksUnderAsan) GTEST_SKIP() << "forked ranks are not run under ASan (GCC 12's allocator and fork)"
-
 inline std::vector<int> run_ranks(int n, const std::function<int(int rank)>& body,
-                                  std::chrono::seconds limit = std::chrono::seconds(60)) {
+                                  std::chrono::seconds limit = std::chrono::seconds(60),
+                                  const std::function<void()>& after_fork = {}) {
   std::vector<pid_t> pids;
   int gate[2];  // the children wait for EOF on gate[0]: the parent closes gate[1] after the last fork
   if (pipe(gate) != 0) throw Error("run_ranks: pipe failed");
@@ -61,6 +52,7 @@ inline std::vector<int> run_ranks(int n, const std::function<int(int rank)>& bod
     pids.push_back(pid);
   }
   close(gate[0]);
+  if (after_fork) after_fork();
   close(gate[1]);  // every child is forked: let them run
   std::vector<int> codes(size_t(n), -2);
   const auto deadline = std::chrono::steady_clock::now() + limit;

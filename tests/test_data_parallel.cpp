@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "parallel/tcp_store.h"
 #include "parallel/world.h"
+#include "greedy_trace.h"
 #include "parallel_ranks.h"
 #include "serve_process.h"
 #include "test_util.h"
@@ -27,50 +28,9 @@ namespace {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
-// A prompt's logits at every position, then `steps` greedy tokens, each with its logits.
-struct DpTrace {
-  std::vector<float> logits;
-  std::vector<int32_t> tokens;
-};
-
-DpTrace greedy_trace(Model& model, const std::vector<int32_t>& prompt, int steps) {
-  KvCache cache = model.new_cache(64);
-  DpTrace t;
-  t.logits = forward_sequence(model, prompt, cache, /*all_logits=*/true);
-  const int64_t V = model.config().vocab_size;
-  std::vector<float> last(t.logits.end() - V, t.logits.end());
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
-    t.tokens.push_back(next);
-    const int32_t one[] = {next};
-    last = forward_sequence(model, one, cache);
-    t.logits.insert(t.logits.end(), last.begin(), last.end());
-  }
-  return t;
-}
-
-void save_trace(const std::filesystem::path& p, const DpTrace& t) {
-  std::ofstream f(p, std::ios::binary);
-  const uint64_t nl = t.logits.size(), nt = t.tokens.size();
-  f.write(reinterpret_cast<const char*>(&nl), 8);
-  f.write(reinterpret_cast<const char*>(t.logits.data()), std::streamsize(nl * 4));
-  f.write(reinterpret_cast<const char*>(&nt), 8);
-  f.write(reinterpret_cast<const char*>(t.tokens.data()), std::streamsize(nt * 4));
-}
-
-DpTrace load_trace(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  DpTrace t;
-  uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  t.logits.resize(n);
-  f.read(reinterpret_cast<char*>(t.logits.data()), std::streamsize(n * 4));
-  f.read(reinterpret_cast<char*>(&n), 8);
-  t.tokens.resize(n);
-  f.read(reinterpret_cast<char*>(t.tokens.data()), std::streamsize(n * 4));
-  if (!f) throw Error("cannot read " + p.string());
-  return t;
-}
+using test::greedy_trace;
+using test::load_trace;
+using test::save_trace;
 
 // Rank r of a tp 1 x dp 2 run: its DP group and the group of all ranks, over `port`'s store.
 struct DpRank {
@@ -93,16 +53,15 @@ constexpr int kLongSteps = 6, kShortSteps = 2;
 // Replica 0 runs a longer prompt and more steps than replica 1, which then runs dummy steps
 // until replica 0 is done: each must get exactly one process's logits and tokens.
 void expect_replicas_match_one_process(bool expert_parallel) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
-  DpTrace want_long, want_short;
+  test::GreedyTrace want_long, want_short;
   {  // the references, their threads gone before the ranks are forked
     Model one(model_dir, ModelOptions{.num_threads = 1});
     want_long = greedy_trace(one, kLongPrompt, kLongSteps);
     want_short = greedy_trace(one, kShortPrompt, kShortSteps);
   }
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     DpRank r(rank, port, expert_parallel);
@@ -117,13 +76,13 @@ void expect_replicas_match_one_process(bool expert_parallel) {
           L.moe->experts[0].gate.rows != rows || !L.moe->data_parallel)
         return 4;
     }
-    const DpTrace t = rank == 0 ? greedy_trace(replica, kLongPrompt, kLongSteps) : greedy_trace(replica, kShortPrompt, kShortSteps);
+    const test::GreedyTrace t = rank == 0 ? greedy_trace(replica, kLongPrompt, kLongSteps) : greedy_trace(replica, kShortPrompt, kShortSteps);
     for (int i = 0; rank == 1 && i < kLongSteps - kShortSteps; ++i) replica.forward_dummy();
     save_trace(dir.path() / ("rank" + std::to_string(rank)), t);
     return 0;
-  }, std::chrono::seconds(120));
+  }, std::chrono::seconds(120), [&] { server.start(); });
   ASSERT_EQ(codes, (std::vector<int>{0, 0}));
-  const auto expect_close = [](const DpTrace& got, const DpTrace& want, const char* which) {
+  const auto expect_close = [](const test::GreedyTrace& got, const test::GreedyTrace& want, const char* which) {
     EXPECT_EQ(got.tokens, want.tokens) << which;
     ASSERT_EQ(got.logits.size(), want.logits.size()) << which;
     double worst = 0;
@@ -158,7 +117,6 @@ EngineConfig small_engine_config() {
 // Through the engines: rank 0's AsyncEngine holds replica 0 and a client of replica 1, whose
 // leader runs the steps it is sent; requests go to the least loaded replica.
 TEST(DataParallel, EngineReplicasGiveTheTokensOfOneEngine) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   std::vector<std::vector<int32_t>> want;
@@ -167,7 +125,7 @@ TEST(DataParallel, EngineReplicasGiveTheTokensOfOneEngine) {
     Engine engine(one, nullptr, small_engine_config());
     for (const auto& c : engine.generate(kPrompts, test::greedy(6))) want.push_back(c.at(0).token_ids);
   }
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     DpRank r(rank, port, /*expert_parallel=*/true);
@@ -204,7 +162,7 @@ TEST(DataParallel, EngineReplicasGiveTheTokensOfOneEngine) {
         }
     }
     return bad;
-  }, std::chrono::seconds(120));
+  }, std::chrono::seconds(120), [&] { server.start(); });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 

@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "model/parallel_linear.h"
 #include "parallel/world.h"
+#include "greedy_trace.h"
 #include "parallel_ranks.h"
 #include "test_util.h"
 
@@ -21,54 +22,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// What one run produces: the prompt's logits at every position, then greedy tokens, each with
-// the logits it was picked from.
-struct Trace {
-  std::vector<float> logits;
-  std::vector<int32_t> tokens;
-};
-
 constexpr int kGreedySteps = 8;
+const std::vector<int32_t> kTracePrompt{5, 17, 300, 42, 1000, 7, 7, 64};
 
-Trace run_trace(Model& model) {
-  const std::vector<int32_t> prompt{5, 17, 300, 42, 1000, 7, 7, 64};
-  KvCache cache = model.new_cache(64);
-  Trace t;
-  t.logits = forward_sequence(model, prompt, cache, /*all_logits=*/true);
-  const int64_t V = model.config().vocab_size;
-  std::vector<float> last(t.logits.end() - V, t.logits.end());
-  for (int i = 0; i < kGreedySteps; ++i) {
-    const int32_t next = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
-    t.tokens.push_back(next);
-    const int32_t one[] = {next};
-    last = forward_sequence(model, one, cache);
-    t.logits.insert(t.logits.end(), last.begin(), last.end());
-  }
-  return t;
-}
-
-void save(const std::filesystem::path& p, const Trace& t) {
-  std::ofstream f(p, std::ios::binary);
-  const uint64_t nl = t.logits.size(), nt = t.tokens.size();
-  f.write(reinterpret_cast<const char*>(&nl), 8);
-  f.write(reinterpret_cast<const char*>(t.logits.data()), std::streamsize(nl * 4));
-  f.write(reinterpret_cast<const char*>(&nt), 8);
-  f.write(reinterpret_cast<const char*>(t.tokens.data()), std::streamsize(nt * 4));
-}
-
-Trace load(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  Trace t;
-  uint64_t n = 0;
-  f.read(reinterpret_cast<char*>(&n), 8);
-  t.logits.resize(n);
-  f.read(reinterpret_cast<char*>(t.logits.data()), std::streamsize(n * 4));
-  f.read(reinterpret_cast<char*>(&n), 8);
-  t.tokens.resize(n);
-  f.read(reinterpret_cast<char*>(t.tokens.data()), std::streamsize(n * 4));
-  if (!f) throw Error("cannot read " + p.string());
-  return t;
-}
+test::GreedyTrace run_trace(Model& model) { return test::greedy_trace(model, kTracePrompt, kGreedySteps); }
 
 // A group that only has a size: enough to load a shard (binding needs no collective).
 class SizeOnly final : public Communicator {
@@ -106,15 +63,14 @@ std::string expert_placement_error(const Model& m, int rank, bool ep) {
 // The tiny model over 2 ranks (forked from this test), tensor parallel with or without expert
 // parallelism, against one process: the same greedy tokens, logits to float rounding.
 void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest& quant = {}) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
-  Trace ref;
+  test::GreedyTrace ref;
   {  // the reference, its threads gone before the ranks are forked
     Model one(model_dir, ModelOptions{.num_threads = 1, .quantization = quant});
     ref = run_trace(one);
   }
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
@@ -129,9 +85,9 @@ void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest&
       std::fprintf(stderr, "rank %d holds %s\n", rank, bad.c_str());
       return 4;
     }
-    save(dir.path() / ("rank" + std::to_string(rank)), run_trace(shard));
+    test::save_trace(dir.path() / ("rank" + std::to_string(rank)), run_trace(shard));
     return 0;
-  }, std::chrono::seconds(120));
+  }, std::chrono::seconds(120), [&] { server.start(); });
   ASSERT_EQ(codes, (std::vector<int>{0, 0}));
 
   // Summing the partial products over ranks only reorders float additions, so the logits agree
@@ -141,7 +97,7 @@ void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest&
   for (float v : ref.logits) ref_scale = std::max(ref_scale, std::fabs(v));
   EXPECT_GT(ref_scale, 1e-3f) << "the reference logits are all ~0: nothing would be compared";
   for (int r = 0; r < 2; ++r) {
-    const Trace t = load(dir.path() / ("rank" + std::to_string(r)));
+    const test::GreedyTrace t = test::load_trace(dir.path() / ("rank" + std::to_string(r)));
     EXPECT_EQ(t.tokens, ref.tokens) << "rank " << r;
     ASSERT_EQ(t.logits.size(), ref.logits.size());
     float worst = 0;
@@ -205,7 +161,6 @@ std::vector<std::vector<int32_t>> engine_tokens(Model& model) {
 }
 
 void expect_engine_on_two_ranks_matches_one(bool expert_parallel) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   std::vector<std::vector<int32_t>> ref;
@@ -215,7 +170,7 @@ void expect_engine_on_two_ranks_matches_one(bool expert_parallel) {
   }
   ASSERT_EQ(ref.size(), 3u);
   for (const auto& r : ref) ASSERT_EQ(r.size(), 6u);
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
@@ -231,7 +186,7 @@ void expect_engine_on_two_ranks_matches_one(bool expert_parallel) {
     }
     const auto got = engine_tokens(shard);
     return got == ref ? 0 : 3;
-  }, std::chrono::seconds(120));
+  }, std::chrono::seconds(120), [&] { server.start(); });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 

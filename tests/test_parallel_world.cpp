@@ -103,8 +103,7 @@ TEST(ParallelWorld, RankThatNeverJoinsIsAnErrorWithinTheTimeout) {
 }
 
 TEST(ParallelWorld, CollectivesAcrossTwoProcesses) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
-  TcpStoreServer server("127.0.0.1", 0);  // served by the test, so the children can share its port
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);  // served by the test, so the children can share its port
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 20000ms,
@@ -137,13 +136,12 @@ TEST(ParallelWorld, CollectivesAcrossTwoProcesses) {
     if ((rank == 1) != bool(solo)) return 7;
     g.barrier();
     return 0;
-  });
+  }, std::chrono::seconds(60), [&] { server.start(); });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
 TEST(ParallelWorld, MismatchedFlagsAreAClearErrorOnEveryRank) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto t0 = Clock::now();
   const auto codes = test::run_ranks(2, [&](int rank) {
@@ -154,14 +152,13 @@ TEST(ParallelWorld, MismatchedFlagsAreAClearErrorOnEveryRank) {
     } catch (const Error& e) {
       return std::string(e.what()).find("different model or parallel flags") != std::string::npos ? 0 : 2;
     }
-  });
+  }, std::chrono::seconds(60), [&] { server.start(); });
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
   EXPECT_LT(seconds_since(t0), 8.0);  // found at once, not after the timeout
 }
 
 TEST(ParallelWorld, KilledRankIsReportedWithinBoundedTime) {
-  KIMI_SKIP_FORKED_RANKS_UNDER_ASAN();
-  TcpStoreServer server("127.0.0.1", 0);
+  TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 3000ms,
@@ -177,7 +174,7 @@ TEST(ParallelWorld, KilledRankIsReportedWithinBoundedTime) {
       std::fprintf(stderr, "rank 0 reports: %s (after %.2f s)\n", e.what(), seconds_since(t0));
       return seconds_since(t0) < 10.0 ? 0 : 2;
     }
-  }, std::chrono::seconds(30));
+  }, std::chrono::seconds(30), [&] { server.start(); });
   EXPECT_EQ(codes[0], 0);
   EXPECT_EQ(codes[1], 128 + SIGKILL);
 }

@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "common/error.h"
@@ -18,15 +17,6 @@ namespace {
 enum DpMessage : uint8_t { kDpStop = 0, kDpKvConfig = 1, kDpStep = 2, kDpDummy = 3, kDpPing = 4 };
 enum DpAnswer : uint8_t { kDpOutput = 0, kDpFailed = 1 };
 
-std::vector<std::byte> kv_config_message(const KvCacheConfig& kv) {
-  std::vector<std::byte> m(1 + 8 + 8 + 1);
-  m[0] = std::byte{kDpKvConfig};
-  std::memcpy(&m[1], &kv.num_blocks, 8);
-  std::memcpy(&m[9], &kv.block_size, 8);
-  m[17] = std::byte(uint8_t(kv.dtype));
-  return m;
-}
-
 [[noreturn]] void exit_lost_replica(const CollectiveError& e) {
   // The replicas can no longer step together: end the server with the reason (as a lost TP
   // rank does); the other ranks see the closed connections and end too.
@@ -40,7 +30,8 @@ std::vector<std::byte> kv_config_message(const KvCacheConfig& kv) {
 DataParallelClient::DataParallelClient(std::shared_ptr<Communicator> link, const KvCacheConfig& kv)
     : link_(std::move(link)) {
   if (!link_ || link_->size() != 2 || link_->rank() != 0) throw Error("DataParallelClient: needs rank 0 of a 2-rank link");
-  std::vector<std::byte> m = kv_config_message(kv);
+  std::vector<std::byte> m = encode_kv_config(kv);
+  m.insert(m.begin(), std::byte{kDpKvConfig});
   link_->broadcast_bytes(m, 0);
 }
 
@@ -105,11 +96,8 @@ void run_data_parallel_leader(Model& model, Communicator& link) {
       continue;
     }
     if (kind == kDpKvConfig) {
-      if (m.size() != 18 || executor) throw Error("data-parallel leader: bad KV cache message");
-      KvCacheConfig kv;
-      std::memcpy(&kv.num_blocks, &m[1], 8);
-      std::memcpy(&kv.block_size, &m[9], 8);
-      kv.dtype = KvCacheDtype(uint8_t(m[17]));
+      if (executor) throw Error("data-parallel leader: a second KV cache message");
+      const KvCacheConfig kv = decode_kv_config(std::span<const std::byte>(m).subspan(1));
       if (const auto& tp = model.tensor_parallel(); tp && tp->size() > 1)
         executor = std::make_unique<TensorParallelExecutor>(model, kv, nullptr);
       else

@@ -178,6 +178,24 @@ SchedulerOutput decode_step(std::span<const std::byte> bytes) {
   return so;
 }
 
+std::vector<std::byte> encode_kv_config(const KvCacheConfig& kv) {
+  Writer w;
+  w.pod(kv.num_blocks);
+  w.pod(kv.block_size);
+  w.pod(uint8_t(kv.dtype));
+  return std::move(w.out);
+}
+
+KvCacheConfig decode_kv_config(std::span<const std::byte> bytes) {
+  Reader r(bytes);
+  KvCacheConfig kv;
+  kv.num_blocks = r.pod<int64_t>();
+  kv.block_size = r.pod<int64_t>();
+  kv.dtype = KvCacheDtype(r.pod<uint8_t>());
+  if (!r.done()) throw Error("KV cache settings: trailing bytes");
+  return kv;
+}
+
 std::vector<std::byte> encode_runner_output(const ModelRunnerOutput& out) {
   Writer w;
   w.pod(uint64_t(out.requests.size()));

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/model_runner.h"
 #include "engine/scheduler_output.h"
 
 namespace kimi {
@@ -15,6 +16,12 @@ namespace kimi {
 std::vector<std::byte> encode_step(const SchedulerOutput& so);
 // Throws kimi::Error on bytes that are not a whole encoded step.
 SchedulerOutput decode_step(std::span<const std::byte> bytes);
+
+// The KV cache's settings, the first thing a TP worker or a DP replica's leader is sent (it builds
+// its runner with them): 17 bytes.
+std::vector<std::byte> encode_kv_config(const KvCacheConfig& kv);
+// Throws kimi::Error unless `bytes` is one encoded config.
+KvCacheConfig decode_kv_config(std::span<const std::byte> bytes);
 
 std::vector<std::byte> encode_runner_output(const ModelRunnerOutput& out);
 // Throws kimi::Error on bytes that are not a whole encoded output.

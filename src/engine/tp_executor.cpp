@@ -1,6 +1,5 @@
 #include "engine/tp_executor.h"
 
-#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,11 +16,8 @@ namespace {
 enum Message : uint8_t { kStop = 0, kKvConfig = 1, kStep = 2, kDummy = 3 };
 
 std::vector<std::byte> kv_message(const KvCacheConfig& kv) {
-  std::vector<std::byte> m(1 + sizeof(int64_t) * 2 + 1);
-  m[0] = std::byte{kKvConfig};
-  std::memcpy(&m[1], &kv.num_blocks, 8);
-  std::memcpy(&m[9], &kv.block_size, 8);
-  m[17] = std::byte(uint8_t(kv.dtype));
+  std::vector<std::byte> m = encode_kv_config(kv);
+  m.insert(m.begin(), std::byte{kKvConfig});
   return m;
 }
 
@@ -97,11 +93,7 @@ void run_tensor_parallel_worker(Model& model) {
     const auto kind = uint8_t(m[0]);
     if (kind == kStop) return;
     if (kind == kKvConfig) {
-      if (m.size() != 18) throw Error("tensor-parallel worker: bad KV cache message");
-      KvCacheConfig kv;
-      std::memcpy(&kv.num_blocks, &m[1], 8);
-      std::memcpy(&kv.block_size, &m[9], 8);
-      kv.dtype = KvCacheDtype(uint8_t(m[17]));
+      const KvCacheConfig kv = decode_kv_config(std::span<const std::byte>(m).subspan(1));
       runner = std::make_unique<ModelRunner>(model, kv);
       continue;
     }

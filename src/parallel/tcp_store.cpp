@@ -51,10 +51,14 @@ std::string read_field(net::Socket& s, net::Clock::time_point deadline) {
 
 }  // namespace
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, bool start)
     : listener_(net::Socket::listen(host, port)), port_(listener_.local_port()) {
   if (::pipe2(wake_, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-  thread_ = std::thread([this] { serve(); });
+  if (start) this->start();
+}
+
+void TcpStoreServer::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { serve(); });
 }
 
 TcpStoreServer::~TcpStoreServer() {

@@ -24,7 +24,11 @@ namespace kimi {
 // Serves the store on a background thread until destroyed.
 class TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, int port);  // port 0: any free port
+  // Listens at once (port 0: any free port); serves from start(), called here unless `start` is
+  // false (a test that forks its ranks starts the thread after the last fork: a thread that
+  // allocates while the process forks can leave the child's allocator locked).
+  TcpStoreServer(const std::string& host, int port, bool start = true);
+  void start();
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
