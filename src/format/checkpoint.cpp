@@ -1,4 +1,5 @@
 #include "format/checkpoint.h"
+#include "format/quote.h"
 
 #include <algorithm>
 #include <fstream>
@@ -14,14 +15,6 @@ namespace {
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
-
-// Built by appending: GCC 12 raises a false -Wrestrict on `"'" + std::string(...)` at -O2.
-std::string quote(std::string_view s) {
-  std::string q;
-  q.reserve(s.size() + 2);
-  q.append(1, '\'').append(s).append(1, '\'');
-  return q;
-}
 
 nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

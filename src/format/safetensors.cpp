@@ -1,4 +1,5 @@
 #include "format/safetensors.h"
+#include "format/quote.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,14 +22,6 @@ namespace {
 // A header this large cannot be a real checkpoint (Kimi-K2.5's biggest shard header is well under
 // 1 MB); refusing it early turns a corrupt length field into a clear error instead of a huge parse.
 constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;
-
-// Built by appending: GCC 12 raises a false -Wrestrict on `"'" + std::string(...)` at -O2.
-std::string quote_name(std::string_view name) {
-  std::string q;
-  q.reserve(name.size() + 2);
-  q.append(1, '\'').append(name).append(1, '\'');
-  return q;
-}
 
 // Byte count of a tensor, or false when numel x element size does not fit in 64 bits.
 bool tensor_bytes(const std::vector<int64_t>& shape, DType dtype, uint64_t& out) {
@@ -130,7 +123,7 @@ void write_atomically(const std::filesystem::path& path, Produce&& produce) {
 uint64_t checked_spec_bytes(const TensorSpec& t) {
   uint64_t n = 0;
   if (!tensor_bytes(t.shape, t.dtype, n))
-    throw Error("tensor " + quote_name(t.name) + ": invalid shape " + shape_string(t.shape));
+    throw Error("tensor " + quote(t.name) + ": invalid shape " + shape_string(t.shape));
   return n;
 }
 
@@ -166,7 +159,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   const std::span<const std::byte> bytes = file_.bytes();
   auto fail = [&](const std::string& msg) -> Error { return Error(fname + ": " + msg); };
   auto fail_t = [&](std::string_view tensor, const std::string& msg) -> Error {
-    return Error(fname + ": tensor " + quote_name(tensor) + ": " + msg);
+    return Error(fname + ": tensor " + quote(tensor) + ": " + msg);
   };
 
   if (bytes.size() < 8)
@@ -202,7 +195,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     if (name == "__metadata__") {
       if (!entry.is_object()) throw fail("__metadata__ is not a JSON object");
       for (auto& [k, v] : entry.items())
-        if (!v.is_string()) throw fail("__metadata__ value for key " + quote_name(k) + " is not a string");
+        if (!v.is_string()) throw fail("__metadata__ value for key " + quote(k) + " is not a string");
       metadata_ = std::move(entry);
       continue;
     }
@@ -262,7 +255,7 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
   std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
   for (size_t i = 1; i < extents.size(); ++i) {
     if (extents[i].begin < extents[i - 1].end)
-      throw fail_t(*extents[i].name, "data overlaps tensor " + quote_name(*extents[i - 1].name));
+      throw fail_t(*extents[i].name, "data overlaps tensor " + quote(*extents[i - 1].name));
   }
 }
 
@@ -294,7 +287,7 @@ void write_file(const std::filesystem::path& path, std::span<const TensorSpec* c
   meta["format"] = "pt";
   if (!metadata.is_object()) throw Error(fname + ": metadata must be a JSON object");
   for (auto& [k, v] : metadata.items()) {
-    if (!v.is_string()) throw Error(fname + ": metadata value for key " + quote_name(k) + " is not a string");
+    if (!v.is_string()) throw Error(fname + ": metadata value for key " + quote(k) + " is not a string");
     meta[k] = v.get<std::string>();
   }
   header["__metadata__"] = std::move(meta);
@@ -307,14 +300,14 @@ void write_file(const std::filesystem::path& path, std::span<const TensorSpec* c
   for (const TensorSpec* tp : tensors) {
     const TensorSpec& t = *tp;
     if (t.name == "__metadata__") throw Error(fname + ": '__metadata__' is reserved and cannot be a tensor name");
-    if (!seen.insert(t.name).second) throw Error(fname + ": duplicate tensor name " + quote_name(t.name));
+    if (!seen.insert(t.name).second) throw Error(fname + ": duplicate tensor name " + quote(t.name));
     uint64_t n = 0;
     try {
       n = checked_spec_bytes(t);
     } catch (const Error& e) {
       throw Error(fname + ": " + e.what());
     }
-    if (n > 0 && !t.fill) throw Error(fname + ": tensor " + quote_name(t.name) + " has no fill function");
+    if (n > 0 && !t.fill) throw Error(fname + ": tensor " + quote(t.name) + " has no fill function");
     nlohmann::ordered_json entry = nlohmann::ordered_json::object();
     entry["dtype"] = dtype_name(t.dtype);
     entry["shape"] = t.shape;
@@ -361,7 +354,7 @@ void write_sharded_checkpoint(const std::filesystem::path& dir, const std::vecto
   for (size_t i = 0; i < tensors.size(); ++i) {
     // Per-file checks cannot see a name repeated in two different shards.
     if (!seen.insert(tensors[i].name).second)
-      throw Error(dir.string() + ": duplicate tensor name " + quote_name(tensors[i].name));
+      throw Error(dir.string() + ": duplicate tensor name " + quote(tensors[i].name));
     uint64_t n = 0;
     try {
       n = checked_spec_bytes(tensors[i]);

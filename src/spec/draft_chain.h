@@ -38,14 +38,21 @@ struct DraftLink {
 
 // `first` is the draft's output for step 0, one row per entry of `seq_request` (the request each
 // row belongs to). Appends each request's first draft, then calls `forward(live links)` (which
-// returns the same output type, one row per link) one position at a time. `keep(request, out,
-// row)` sees every row whose token became a draft. Out has argmax [rows] and hidden [rows, H].
-template <class Out, class Forward, class Keep>
+// returns the same output type, one row per link) one position at a time. With `kept_logits`
+// (null: none; one entry per request), the logit row [V] of every token that became a draft is
+// appended to its request's entry. Out has argmax [rows], hidden [rows, H] and logits [rows, V].
+template <class Out, class Forward>
 void extend_draft_chains(std::span<const ProposeRequest> requests, const std::vector<size_t>& seq_request,
-                         const Out& first, size_t H, int64_t block_size, std::vector<std::vector<int32_t>>& drafts,
-                         Keep&& keep, Forward&& forward) {
+                         const Out& first, size_t H, size_t V, int64_t block_size,
+                         std::vector<std::vector<int32_t>>& drafts, std::vector<std::vector<float>>* kept_logits,
+                         Forward&& forward) {
   const auto row = [H](const Out& out, size_t s) {
     return std::vector<float>(out.hidden.begin() + ptrdiff_t(s * H), out.hidden.begin() + ptrdiff_t((s + 1) * H));
+  };
+  const auto keep = [&](size_t request, const Out& out, size_t s) {
+    if (kept_logits)
+      (*kept_logits)[request].insert((*kept_logits)[request].end(), out.logits.begin() + ptrdiff_t(s * V),
+                                     out.logits.begin() + ptrdiff_t((s + 1) * V));
   };
   std::vector<DraftLink> links;
   for (size_t s = 0; s < seq_request.size(); ++s) {

@@ -24,11 +24,6 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
   drafts.assign(requests.size(), {});
   logits_.assign(keep_logits_ ? requests.size() : 0, {});
   const size_t V = size_t(draft_.target_vocab_size());
-  auto keep = [&](size_t request, const Eagle3Output& out, size_t s) {
-    if (keep_logits_)
-      logits_[request].insert(logits_[request].end(), out.logits.begin() + ptrdiff_t(s * V),
-                              out.logits.begin() + ptrdiff_t((s + 1) * V));
-  };
   const size_t layers = draft_.config().aux_layer_ids.size();
   const size_t T = size_t(target_hidden_), H = size_t(draft_.config().hidden_size);
 
@@ -57,7 +52,7 @@ void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vect
   }
   if (seqs.empty()) return;
   const Eagle3Output first = draft_.forward(pool_, seqs);
-  extend_draft_chains(requests, seq_request, first, H, draft_.block_size(), drafts, keep,
+  extend_draft_chains(requests, seq_request, first, H, V, draft_.block_size(), drafts, keep_logits_ ? &logits_ : nullptr,
                       [&](std::span<DraftLink* const> live) {
                         seqs.clear();
                         for (const DraftLink* l : live)

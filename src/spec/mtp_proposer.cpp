@@ -24,11 +24,6 @@ void MtpProposer::propose(std::span<const ProposeRequest> requests, std::vector<
   const ModelConfig& c = layer_.config();
   const size_t V = size_t(c.vocab_size), H = size_t(c.hidden_size);
   const float eps = float(c.rms_norm_eps);
-  auto keep = [&](size_t request, const MtpOutput& out, size_t s) {
-    if (keep_logits_)
-      logits_[request].insert(logits_[request].end(), out.logits.begin() + ptrdiff_t(s * V),
-                              out.logits.begin() + ptrdiff_t((s + 1) * V));
-  };
 
   // Step 0: every verified position i with token i+1 and the target's normed state of i.
   std::vector<std::vector<float>> normed;
@@ -50,7 +45,7 @@ void MtpProposer::propose(std::span<const ProposeRequest> requests, std::vector<
   }
   if (seqs.empty()) return;
   const MtpOutput first = layer_.forward(pool_, seqs);
-  extend_draft_chains(requests, seq_request, first, H, layer_.block_size(), drafts, keep,
+  extend_draft_chains(requests, seq_request, first, H, V, layer_.block_size(), drafts, keep_logits_ ? &logits_ : nullptr,
                       [&](std::span<DraftLink* const> live) {
                         seqs.clear();
                         for (const DraftLink* l : live)

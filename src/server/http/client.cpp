@@ -1,4 +1,5 @@
 #include "server/http/client.h"
+#include "server/http/request_parser.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -80,13 +81,6 @@ int connect_to(const std::string& host, int port, double timeout_s, ClientError&
   return fd;
 }
 
-bool header_equals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
-  return true;
-}
-
 }  // namespace
 
 const char* describe(ClientError e) {
@@ -161,7 +155,7 @@ class CancelAttachment {
 
 const std::string* ResponseHead::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
-    if (header_equals(k, name)) return &v;
+    if (iequals(k, name)) return &v;
   return nullptr;
 }
 
@@ -232,10 +226,10 @@ ClientError exchange(int fd, const std::string& host, int port, const ClientRequ
     value.erase(0, value.find_first_not_of(" \t"));
     value.erase(value.find_last_not_of(" \t") + 1);
     response_head.headers.emplace_back(line.substr(0, colon), value);
-    if (header_equals(line.substr(0, colon), "Content-Length")) {
+    if (iequals(line.substr(0, colon), "Content-Length")) {
       has_length = true;
       length = size_t(std::strtoull(value.c_str(), nullptr, 10));
-    } else if (header_equals(line.substr(0, colon), "Transfer-Encoding")) {
+    } else if (iequals(line.substr(0, colon), "Transfer-Encoding")) {
       chunked = value.find("chunked") != std::string::npos;
     }
   }

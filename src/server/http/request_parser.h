@@ -12,6 +12,9 @@
 
 namespace kimi::http {
 
+// ASCII case-insensitive equality (header names, tokens such as "chunked").
+bool iequals(std::string_view a, std::string_view b);
+
 struct HttpRequest {
   std::string method;
   std::string target;  // as sent: path and query
