@@ -54,7 +54,8 @@ void usage() {
       "  --host H (0.0.0.0)  --port P (8000)  --api-key KEY  --served-model-name NAME[,NAME...]\n"
       "  --max-model-len N  --max-num-seqs N (256)  --max-num-batched-tokens N (2048)  --block-size N (16)\n"
       "  --enable-prefix-caching | --no-enable-prefix-caching  --seed N  --max-waiting N (1024)\n"
-      "  --kv-cache-memory BYTES | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25)\n"
+      "  --kv-cache-memory BYTES (per rank) | --gpu-memory-utilization F (fraction of RAM for the KV cache, 0.25,\n"
+      "    shared by a node's ranks)\n"
       "  --kv-cache-dtype auto|bfloat16|fp8|fp8_e4m3|float32 (auto = bfloat16; fp8 = e4m3, a scale per row)\n"
       "  --chat-template FILE_OR_TEMPLATE  --tool-call-parser kimi_k2  --reasoning-parser kimi_k2\n"
       "  --enable-auto-tool-choice  --exclude-tools-when-tool-choice-none  --trust-remote-code\n"
@@ -147,6 +148,14 @@ int run_serve(int argc, char** argv) {
   ec.seed = uint64_t(a.get_int("seed", 0));
   if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
   ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
+  // Every local rank keeps its own KV cache in the same RAM (a TP rank a whole copy of the latent
+  // cache, a replica its own), so a fraction of RAM is the node's, shared among its ranks; an
+  // explicit --kv-cache-memory is per rank, as vLLM's is per device.
+  if (!a.has("kv-cache-memory") && launch.local_ranks() > 1) {
+    ec.kv_cache_memory_fraction /= launch.local_ranks();
+    std::fprintf(stderr, "kv cache: %.3g of RAM per rank (the fraction shared by this node's %d ranks)\n",
+                 ec.kv_cache_memory_fraction, launch.local_ranks());
+  }
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));
   ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   // The connector's listener port (kv_port 0: chosen at start-up), for the start-up line.

@@ -55,6 +55,8 @@ class ParallelLaunch {
   ParallelLaunch& operator=(const ParallelLaunch&) = delete;
 
   int world_rank() const { return world_rank_; }
+  // The processes of this run on this node (tp x --data-parallel-size-local).
+  int local_ranks() const { return local_ranks_; }
   // Every rank but world rank 0 runs steps it is sent (run_worker) instead of an engine.
   bool is_worker() const { return world_rank_ != 0; }
   // The model's groups (ModelOptions): its replica's TP group (null with tp = 1), and under data

@@ -197,6 +197,8 @@ async function main() {
           l.includes(`engine="${engine}"`));
         assert(line && Number(line.split(' ').pop()) > 0, `replica ${engine}: ${line}`);
       }
+      // Four ranks on this machine share the default fraction of RAM for their KV caches.
+      assert(instance.log().includes("shared by this node's 4 ranks"), 'KV fraction shared: ' + instance.log());
     });
   }
 
