@@ -163,6 +163,10 @@ TEST(ParallelWorld, KilledRankIsReportedWithinBoundedTime) {
   const auto codes = test::run_ranks(2, [&](int rank) {
     World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 3000ms,
                          .identity = "m"});
+    // A write to the dead rank's closed connection must come back as an error, not kill this
+    // rank with SIGPIPE (exit 141 under load, when the write wins the race with the read).
+    struct sigaction pipe_action {};
+    if (sigaction(SIGPIPE, nullptr, &pipe_action) != 0 || pipe_action.sa_handler != SIG_IGN) return 9;
     std::vector<float> v(16, 1.0f);
     w.world().all_reduce_sum(v);
     if (rank == 1) raise(SIGKILL);  // dies between two collectives

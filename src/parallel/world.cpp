@@ -3,6 +3,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "common/error.h"
@@ -24,6 +25,10 @@ World::World(const WorldOptions& options) : options_(options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size)
     throw Error("parallel: rank " + std::to_string(options.rank) + " outside a world of " +
                 std::to_string(options.size));
+  // Gloo's TCP transport writes with writev, which raises SIGPIPE on a connection a dead peer has
+  // closed; the default action would kill this rank before the write's error could say which
+  // peer died. (Python, PyTorch's usual host, ignores SIGPIPE from start-up.)
+  std::signal(SIGPIPE, SIG_IGN);
   if (options.serve_store) {
     server_ = std::make_unique<TcpStoreServer>(options.store_host, options.store_port);
     options_.store_port = server_->port();  // port 0 asked for any free one
