@@ -200,5 +200,32 @@ TEST(StructuredJsonObject, AnyObject) {
   expect(r, {"{}", R"({"a": [1, 2.5, "x", null, true, {"b": {}}]})", " {\"k\":-1e5}"}, {"[]", "1", R"({"a":})", R"({'a':1})"});
 }
 
+// Found by the grammar fuzzer: a regex of quantifiers stacked on quantifiers (`\x00++++++++`, 62
+// wildcards, `+++++++++++++*`) reaches the same stacks along exponentially many paths; the input
+// took 32 s in the fuzz build (a client's response_format could pin a server thread). A step's
+// work is now bounded (kMaxExpansions): about a second there, well under that here; without the
+// bound this test runs into ctest's time limit.
+TEST(StructuredRegex, StackedQuantifiersStepInBoundedWork) {
+  static const char kInput[] =
+      "\x00\x01\x64\x04\x00\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e"
+      "\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e"
+      "\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e\x2e"
+      "\x2e\x2e\x2e\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2a\x1b\x00\x00\x00\x18\x00\x00"
+      "\x00\x0e\x00\x00\x00\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x2b\x64\x65\x66\x73\x22\x3a\x00\x00\x40\x00\x59"
+      "\x00\x6e\x00\x00\x00\x68\x01\x00\x00\x7f\x00\x00\x00\xb5\x00\x00\x00\xa5\x00\x00\x00\x22\x6e\x22"
+      "\x3a\x7b\x22\x61\x22\x6c\x49";
+  const std::string text(kInput, sizeof kInput - 1);
+  const auto rec = compile({SpecKind::Regex, text});
+  ParseState a = rec->initial(), b;
+  size_t fed = 0;
+  for (char c : text) {
+    if (!rec->advance(a, uint8_t(c), b)) break;
+    std::swap(a, b);
+    ++fed;
+    ASSERT_LE(a.ends.size(), kMaxStacks);
+  }
+  EXPECT_EQ(rec->accepts(text.substr(0, fed)), a.complete);
+}
+
 }  // namespace
 }  // namespace kimi::structured

@@ -15,9 +15,15 @@ std::string ParseState::key() const {
 
 Recognizer::Recognizer(Grammar g) : g_(std::move(g)) {}
 
-void Recognizer::push_stack(const std::vector<uint32_t>& st, ParseState& out) const {
+void Recognizer::push_stack(const std::vector<uint32_t>& st, ParseState& out, size_t& budget) const {
   if (out.ends.size() >= kMaxStacks || st.size() > kMaxStackDepth) return;
-  // Duplicates come from ambiguous grammars; keeping one of each bounds the state.
+  // Duplicates come from ambiguous grammars; keeping one of each bounds the state. The scan is
+  // charged to the step's budget: it is most of a step's work when many paths reach many stacks.
+  if (budget < out.ends.size()) {
+    budget = 0;
+    return;
+  }
+  budget -= out.ends.size();
   uint32_t begin = 0;
   for (uint32_t e : out.ends) {
     if (e - begin == st.size() && std::equal(st.begin(), st.end(), out.data.begin() + begin)) return;
@@ -27,8 +33,9 @@ void Recognizer::push_stack(const std::vector<uint32_t>& st, ParseState& out) co
   out.ends.push_back(uint32_t(out.data.size()));
 }
 
-void Recognizer::expand(std::vector<uint32_t>& st, ParseState& out, size_t depth) const {
-  if (depth > kMaxStackDepth) return;
+void Recognizer::expand(std::vector<uint32_t>& st, ParseState& out, size_t depth, size_t& budget) const {
+  if (depth > kMaxStackDepth || budget == 0) return;
+  --budget;
   if (st.empty()) {
     out.complete = true;
     return;
@@ -37,11 +44,11 @@ void Recognizer::expand(std::vector<uint32_t>& st, ParseState& out, size_t depth
   const Element& e = g_.elems[pos];
   switch (e.kind) {
     case Element::Bytes:
-      push_stack(st, out);
+      push_stack(st, out, budget);
       return;
     case Element::End:
       st.pop_back();
-      expand(st, out, depth + 1);
+      expand(st, out, depth + 1, budget);
       st.push_back(pos);
       return;
     case Element::Rule: {
@@ -50,7 +57,7 @@ void Recognizer::expand(std::vector<uint32_t>& st, ParseState& out, size_t depth
       if (!tail) st.push_back(pos + 1);
       for (uint32_t a : g_.rule_alts[e.value]) {
         st.push_back(a);
-        expand(st, out, depth + 1);
+        expand(st, out, depth + 1, budget);
         st.pop_back();
       }
       if (!tail) st.pop_back();
@@ -63,9 +70,10 @@ void Recognizer::expand(std::vector<uint32_t>& st, ParseState& out, size_t depth
 ParseState Recognizer::initial() const {
   ParseState s;
   std::vector<uint32_t> st;
+  size_t budget = kMaxExpansions;
   for (uint32_t a : g_.rule_alts[g_.root]) {
     st.assign(1, a);
-    expand(st, s, 0);
+    expand(st, s, 0, budget);
   }
   return s;
 }
@@ -73,13 +81,14 @@ ParseState Recognizer::initial() const {
 bool Recognizer::advance(const ParseState& in, uint8_t b, ParseState& out) const {
   out.clear();
   std::vector<uint32_t> st;
+  size_t budget = kMaxExpansions;
   uint32_t begin = 0;
   for (uint32_t end : in.ends) {
     const uint32_t top = in.data[end - 1];
     if (g_.classes[g_.elems[top].value].has(b)) {
       st.assign(in.data.begin() + begin, in.data.begin() + end);
       st.back() = top + 1;
-      expand(st, out, 0);
+      expand(st, out, 0, budget);
     }
     begin = end;
   }

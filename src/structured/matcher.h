@@ -3,8 +3,10 @@
 // of grammar positions (every parse still alive), each with a byte class on top; a byte keeps the
 // stacks whose top accepts it and expands them again (calls push the caller's continuation, a
 // call in tail position pushes nothing, so right recursion stays flat). Bounded: stacks deeper
-// than kMaxStackDepth and states of more than kMaxStacks stacks are cut, so no input can make a
-// step unbounded.
+// than kMaxStackDepth and states of more than kMaxStacks stacks are cut, and one step does at
+// most kMaxExpansions units of work (positions expanded, stacks compared when deduplicating:
+// nested nullable repetitions, such as a regex of many stacked quantifiers, reach the same
+// stacks along exponentially many paths), so no input can make a step unbounded.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@ namespace kimi::structured {
 
 inline constexpr size_t kMaxStackDepth = 2048;
 inline constexpr size_t kMaxStacks = 1024;
+inline constexpr size_t kMaxExpansions = size_t(1) << 16;
 
 struct ParseState {
   std::vector<uint32_t> data;  // the stacks, bottom first, one after another
@@ -47,8 +50,9 @@ class Recognizer {
   bool accepts_prefix(std::string_view text) const;
 
  private:
-  void expand(std::vector<uint32_t>& st, ParseState& out, size_t depth) const;
-  void push_stack(const std::vector<uint32_t>& st, ParseState& out) const;
+  // budget: the work this step may still do (kMaxExpansions per step).
+  void expand(std::vector<uint32_t>& st, ParseState& out, size_t depth, size_t& budget) const;
+  void push_stack(const std::vector<uint32_t>& st, ParseState& out, size_t& budget) const;
 
   Grammar g_;
 };
