@@ -75,6 +75,8 @@ void usage() {
       "    127.0.0.1:29550)  --data-parallel-size-local L (replicas on this node)  --headless\n"
       "    --data-parallel-start-rank S (a node without the API server, running replicas S..S+L-1;\n"
       "    KIMI_HOST_IP: the address its ranks are reached at)  --parallel-timeout SECONDS (120)\n"
+      "  --numa auto|none  (auto: on a machine with several NUMA nodes each local rank runs on its own\n"
+      "    share of them, CPUs and memory, with one thread per CPU of its share)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
       "    \"num_speculative_tokens\":K, \"prompt_lookup_max\":N, \"prompt_lookup_min\":N, \"disable_by_batch_size\":B})\n"
       "  --kv-transfer-config JSON  (vLLM's, disaggregated prefill over UCX; UCX_TLS picks the transport:\n"

@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "engine/dp_executor.h"
 #include "engine/tp_executor.h"
+#include "parallel/numa.h"
 
 namespace kimi::cli {
 
@@ -27,7 +28,7 @@ const std::set<std::string>& parallel_value_flags() {
   static const std::set<std::string> flags{
       "tensor-parallel-size",     "data-parallel-size",    "data-parallel-size-local",
       "data-parallel-start-rank", "data-parallel-address", "data-parallel-rpc-port",
-      "parallel-local-rank",      "parallel-timeout"};
+      "parallel-local-rank",      "parallel-timeout",      "numa"};
   return flags;
 }
 
@@ -48,6 +49,8 @@ ParallelArgs parse_parallel_args(const Args& a) {
   p.enable_expert_parallel = a.has("enable-expert-parallel");
   p.local_rank = int(a.get_int("parallel-local-rank", 0));
   p.parallel_timeout_s = a.get_double("parallel-timeout", p.parallel_timeout_s);
+  p.numa = a.get("numa", p.numa);
+  if (p.numa != "auto" && p.numa != "none") throw Error("--numa must be auto or none, not '" + p.numa + "'");
 
   if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 256)
     throw Error("--tensor-parallel-size must be between 1 and 256");
@@ -148,8 +151,11 @@ ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, con
       children_.push_back(pid);
     }
     reaped_.assign(children_.size(), false);
-    watcher_ = std::thread([this] { watch_children(); });
   }
+  // After the forks (each spawned rank places itself) and before this process starts a thread:
+  // the binding is per thread and inherited by the threads started later.
+  if (p.numa == "auto") place_on_numa_nodes();
+  if (!children_.empty()) watcher_ = std::thread([this] { watch_children(); });
   try {
     WorldOptions o;
     o.rank = world_rank_;
@@ -253,8 +259,18 @@ ParallelLaunch::~ParallelLaunch() {
   }
 }
 
+void ParallelLaunch::place_on_numa_nodes() {
+  const std::vector<NumaNode> topology = numa_topology();
+  placement_ = plan_numa_placement(topology, local_ranks_, args_.local_rank);
+  if (!placement_) return;
+  apply_numa_placement(*placement_);
+  std::fprintf(stderr, "numa: rank %d (local rank %d of %d on %zu NUMA nodes): %s\n", world_rank_, args_.local_rank,
+               local_ranks_, topology.size(), placement_->describe().c_str());
+}
+
 int ParallelLaunch::threads_per_rank(int requested) const {
   if (requested > 0 || local_ranks_ == 1) return requested;
+  if (placement_) return placement_->threads();
   const int hw = int(std::thread::hardware_concurrency());
   return std::max(1, hw / local_ranks_);
 }

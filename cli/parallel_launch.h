@@ -10,6 +10,7 @@
 // deals the routed experts out whole over all tp x dp ranks (model/parallel_linear.h).
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <thread>
 #include <string>
@@ -19,6 +20,7 @@
 #include "args.h"
 #include "engine/async_engine.h"
 #include "model/model.h"
+#include "parallel/numa.h"
 #include "parallel/world.h"
 
 namespace kimi::cli {
@@ -34,6 +36,7 @@ struct ParallelArgs {
   bool enable_expert_parallel = false;
   int local_rank = 0;               // hidden: this node's process index, set on the ranks it spawns
   double parallel_timeout_s = 120;  // join and every collective
+  std::string numa = "auto";        // auto: each local rank on its own NUMA nodes when there are several; none
 };
 
 // The flags' names, to add to a subcommand's Args sets.
@@ -73,16 +76,21 @@ class ParallelLaunch {
   DataParallelReplicas replicas() const;
   // This rank's traffic in its TP group so far (null with tp = 1).
   const CollectiveStats* tensor_parallel_stats() const { return tp_ ? &tp_->stats() : nullptr; }
-  // --threads per rank: the given value, or the hardware threads divided among the local ranks.
+  // --threads per rank: the given value, or this rank's CPUs under a NUMA placement, or the
+  // hardware threads divided among the local ranks.
   int threads_per_rank(int requested) const;
 
  private:
+  // --numa auto: binds this rank to its share of the NUMA nodes (parallel/numa.h), when the
+  // machine has several.
+  void place_on_numa_nodes();
   // The node's first process: ends this process when a spawned rank dies (killed, crashed,
   // failed to load), even while no step is running to notice it through a collective.
   void watch_children();
 
   ParallelArgs args_;
   int world_rank_ = 0, local_ranks_ = 1;
+  std::optional<NumaPlacement> placement_;
   std::vector<pid_t> children_;
   std::vector<bool> reaped_;
   std::atomic<bool> stopping_{false};

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config nlohmann-json3-dev libgtest-dev libbenchmark-dev libpcre2-dev zlib1g-dev libucx-dev
           clang libclang-rt-14-dev  # clang + libFuzzer and the sanitizer runtimes for fuzz/run.sh
           libgloo-dev               # collectives for tensor/data/expert parallelism (src/parallel)
+          libnuma-dev               # placing a node's ranks on its NUMA nodes (src/parallel/numa)
           ccache)                   # optional for the build, but reruns then rebuild only what changed
 if [ "${1:-}" = "--reference" ]; then
   # golden logits and mini training (OpenBLAS: Debian's torch otherwise uses the ~10x slower
