@@ -75,6 +75,9 @@ void usage() {
       "    127.0.0.1:29550)  --data-parallel-size-local L (replicas on this node)  --headless\n"
       "    --data-parallel-start-rank S (a node without the API server, running replicas S..S+L-1;\n"
       "    KIMI_HOST_IP: the address its ranks are reached at)  --parallel-timeout SECONDS (120)\n"
+      "  --all2all-backend allgather_reducescatter|naive|alltoallv  (how MoE blocks move tokens between data-\n"
+      "    parallel replicas: gather + reduce-scatter by replica (default), gather + all-reduce, or each\n"
+      "    token only to the ranks holding its experts)\n"
       "  --numa auto|none  (auto: on a machine with several NUMA nodes each local rank runs on its own\n"
       "    share of them, CPUs and memory, with one thread per CPU of its share)\n"
       "  --speculative-config JSON  (vLLM's: {\"method\":\"eagle3\"|\"ngram\",\"model\":DRAFT_DIR,\n"
@@ -171,9 +174,10 @@ int run_serve(int argc, char** argv) {
   }
   AsyncEngine engine(model, &tokenizer, ec, launch.replicas());
   if (pa.data_parallel_size > 1)
-    std::fprintf(stderr, "data parallel: %d replicas of tensor-parallel size %d, routed experts %s over all %d ranks\n",
-                 pa.data_parallel_size, pa.tensor_parallel_size,
-                 pa.enable_expert_parallel ? "dealt out whole" : "sliced", pa.data_parallel_size * pa.tensor_parallel_size);
+    std::fprintf(stderr, "data parallel: %d replicas of tensor-parallel size %d, routed experts %s over all %d ranks, "
+                         "exchanged by %s\n",
+                 pa.data_parallel_size, pa.tensor_parallel_size, pa.enable_expert_parallel ? "dealt out whole" : "sliced",
+                 pa.data_parallel_size * pa.tensor_parallel_size, moe_exchange_name(pa.moe_exchange));
   if (kv_transfer) {
     std::fprintf(stderr, "kv transfer: %s, %s, engine_id %s", kv_transfer->kv_connector.c_str(),
                  std::string(kvtransfer::kv_role_name(kv_transfer->kv_role)).c_str(), kv_transfer->engine_id.c_str());

@@ -28,7 +28,8 @@ const std::set<std::string>& parallel_value_flags() {
   static const std::set<std::string> flags{
       "tensor-parallel-size",     "data-parallel-size",    "data-parallel-size-local",
       "data-parallel-start-rank", "data-parallel-address", "data-parallel-rpc-port",
-      "parallel-local-rank",      "parallel-timeout",      "numa"};
+      "parallel-local-rank",      "parallel-timeout",      "numa",
+      "all2all-backend"};
   return flags;
 }
 
@@ -50,6 +51,7 @@ ParallelArgs parse_parallel_args(const Args& a) {
   p.local_rank = int(a.get_int("parallel-local-rank", 0));
   p.parallel_timeout_s = a.get_double("parallel-timeout", p.parallel_timeout_s);
   p.numa = a.get("numa", p.numa);
+  p.moe_exchange = parse_moe_exchange(a.get("all2all-backend", moe_exchange_name(p.moe_exchange)));
   if (p.numa != "auto" && p.numa != "none") throw Error("--numa must be auto or none, not '" + p.numa + "'");
 
   if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 256)
@@ -88,7 +90,8 @@ std::string parallel_identity(const std::string& model_dir, const ParallelArgs& 
   ss << f.rdbuf();
   return "config " + parallel_fingerprint(ss.str()) + " tp=" + std::to_string(p.tensor_parallel_size) +
          " dp=" + std::to_string(p.data_parallel_size) + " ep=" + (p.enable_expert_parallel ? "1" : "0") +
-         " quantization=" + quantization;
+         " quantization=" + quantization +
+         " all2all=" + moe_exchange_name(p.moe_exchange);
 }
 
 namespace {
@@ -197,6 +200,7 @@ void ParallelLaunch::configure(ModelOptions& options) const {
   options.expert_parallel = args_.enable_expert_parallel;
   options.data_parallel = dp_;
   options.expert_group = moe_;
+  options.moe_exchange = args_.moe_exchange;
 }
 
 void ParallelLaunch::run_worker(Model& model) const {

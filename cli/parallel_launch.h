@@ -36,6 +36,8 @@ struct ParallelArgs {
   bool enable_expert_parallel = false;
   int local_rank = 0;               // hidden: this node's process index, set on the ranks it spawns
   double parallel_timeout_s = 120;  // join and every collective
+  // --all2all-backend: how MoE blocks move tokens between data-parallel replicas (vLLM's names).
+  MoeExchange moe_exchange = MoeExchange::AllGatherReduceScatter;
   std::string numa = "auto";        // auto: each local rank on its own NUMA nodes when there are several; none
 };
 
@@ -101,7 +103,7 @@ class ParallelLaunch {
 };
 
 // What every rank of a run must agree on: the model's config.json and the shard-shaping flags
-// (tp, dp, expert parallelism, quantization).
+// (tp, dp, expert parallelism, quantization, the MoE exchange).
 std::string parallel_identity(const std::string& model_dir, const ParallelArgs& p, const std::string& quantization);
 
 }  // namespace kimi::cli

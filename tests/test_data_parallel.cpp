@@ -32,17 +32,35 @@ using test::greedy_trace;
 using test::load_trace;
 using test::save_trace;
 
-// Rank r of a tp 1 x dp 2 run: its DP group and the group of all ranks, over `port`'s store.
+// Rank r of a tp x dp run (world rank d * tp + t: TP rank t of replica d) over `port`'s store:
+// its replica's TP group, its DP group and the group of all ranks, as ParallelLaunch builds them.
 struct DpRank {
   World world;
   ModelOptions options;
-  DpRank(int rank, int port, bool expert_parallel)
-      : world(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
-                           .identity = "tiny|dp=2"}) {
+  DpRank(int rank, int port, bool expert_parallel, MoeExchange exchange = MoeExchange::AllGatherReduceScatter,
+         int tp = 1, int dp = 2)
+      : world(WorldOptions{.rank = rank, .size = tp * dp, .store_port = port, .serve_store = false, .timeout = 30000ms,
+                           .identity = "tiny|dp"}) {
+    const auto ranks = [](int first, int count, int stride) {
+      std::vector<int> r;
+      for (int i = 0; i < count; ++i) r.push_back(first + i * stride);
+      return r;
+    };
+    const int replica = rank / tp, index = rank % tp;
     options.num_threads = 1;
-    options.data_parallel = world.new_group("dp0", {0, 1});
-    options.expert_group = world.new_group("moe", {0, 1});
+    if (tp > 1) {
+      for (int d = 0; d < dp; ++d) {  // every rank creates every group, in one order
+        auto g = world.new_group("tp" + std::to_string(d), ranks(d * tp, tp, 1));
+        if (d == replica) options.tensor_parallel = g;
+      }
+    }
+    for (int t = 0; t < tp; ++t) {
+      auto g = world.new_group("dp" + std::to_string(t), ranks(t, dp, tp));
+      if (t == index) options.data_parallel = g;
+    }
+    options.expert_group = world.new_group("moe", ranks(0, tp * dp, 1));
     options.expert_parallel = expert_parallel;
+    options.moe_exchange = exchange;
   }
 };
 
@@ -51,8 +69,9 @@ const std::vector<int32_t> kShortPrompt{900, 12, 3};
 constexpr int kLongSteps = 6, kShortSteps = 2;
 
 // Replica 0 runs a longer prompt and more steps than replica 1, which then runs dummy steps
-// until replica 0 is done: each must get exactly one process's logits and tokens.
-void expect_replicas_match_one_process(bool expert_parallel) {
+// until replica 0 is done: each must get exactly one process's logits and tokens, whatever the
+// exchange (and with tp 2 inside each replica: the all-to-all's dispatch split over TP ranks).
+void expect_replicas_match_one_process(bool expert_parallel, MoeExchange exchange, int tp = 1) {
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   test::GreedyTrace want_long, want_short;
@@ -63,39 +82,60 @@ void expect_replicas_match_one_process(bool expert_parallel) {
   }
   TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
-  const auto codes = test::run_ranks(2, [&](int rank) {
-    DpRank r(rank, port, expert_parallel);
+  const int world = 2 * tp;
+  const auto codes = test::run_ranks(world, [&](int rank) {
+    DpRank r(rank, port, expert_parallel, exchange, tp);
     Model replica(model_dir, r.options);
     const ModelConfig& c = replica.config();
-    // Placement: under EP rank r holds experts [8r, 8r + 8) whole; without, all 16 at half width.
+    // Placement: under EP each of the `world` ranks holds E / world experts whole; without, all E
+    // at 1 / world of their width.
     for (const LayerWeights& L : replica.weights().layers) {
       if (!L.moe) continue;
-      const int64_t owned = expert_parallel ? c.n_routed_experts / 2 : c.n_routed_experts;
-      const int64_t rows = expert_parallel ? c.moe_intermediate_size : c.moe_intermediate_size / 2;
+      const int64_t owned = expert_parallel ? c.n_routed_experts / world : c.n_routed_experts;
+      const int64_t rows = expert_parallel ? c.moe_intermediate_size : c.moe_intermediate_size / world;
       if (L.moe->first_expert != (expert_parallel ? rank * owned : 0) || int64_t(L.moe->experts.size()) != owned ||
-          L.moe->experts[0].gate.rows != rows || !L.moe->data_parallel)
+          L.moe->experts[0].gate.rows != rows || !L.moe->data_parallel || L.moe->exchange != exchange)
         return 4;
     }
-    const test::GreedyTrace t = rank == 0 ? greedy_trace(replica, kLongPrompt, kLongSteps) : greedy_trace(replica, kShortPrompt, kShortSteps);
-    for (int i = 0; rank == 1 && i < kLongSteps - kShortSteps; ++i) replica.forward_dummy();
+    const bool first = rank / tp == 0;
+    const test::GreedyTrace t = first ? greedy_trace(replica, kLongPrompt, kLongSteps) : greedy_trace(replica, kShortPrompt, kShortSteps);
+    for (int i = 0; !first && i < kLongSteps - kShortSteps; ++i) replica.forward_dummy();
     save_trace(dir.path() / ("rank" + std::to_string(rank)), t);
     return 0;
   }, std::chrono::seconds(120), [&] { server.start(); });
-  ASSERT_EQ(codes, (std::vector<int>{0, 0}));
-  const auto expect_close = [](const test::GreedyTrace& got, const test::GreedyTrace& want, const char* which) {
+  ASSERT_EQ(codes, std::vector<int>(size_t(world), 0));
+  const auto expect_close = [](const test::GreedyTrace& got, const test::GreedyTrace& want, const std::string& which) {
     EXPECT_EQ(got.tokens, want.tokens) << which;
     ASSERT_EQ(got.logits.size(), want.logits.size()) << which;
     double worst = 0;
     for (size_t i = 0; i < want.logits.size(); ++i) worst = std::max(worst, double(std::fabs(got.logits[i] - want.logits[i])));
-    // Float sums in another order (experts split over ranks, then all-reduced): rounding only.
+    // Float sums in another order (experts split over ranks, then summed): rounding only.
     EXPECT_LT(worst, 1e-3) << which;
   };
-  expect_close(load_trace(dir.path() / "rank0"), want_long, "replica 0");
-  expect_close(load_trace(dir.path() / "rank1"), want_short, "replica 1");
+  for (int rank = 0; rank < world; ++rank)
+    expect_close(load_trace(dir.path() / ("rank" + std::to_string(rank))), rank / tp == 0 ? want_long : want_short,
+                 "replica " + std::to_string(rank / tp) + ", TP rank " + std::to_string(rank % tp));
 }
 
-TEST(DataParallel, ReplicasWithExpertParallelismMatchOneProcess) { expect_replicas_match_one_process(true); }
-TEST(DataParallel, ReplicasWithExpertsSlicedMatchOneProcess) { expect_replicas_match_one_process(false); }
+TEST(DataParallel, ReplicasWithExpertParallelismMatchOneProcess) {
+  expect_replicas_match_one_process(true, MoeExchange::AllGatherReduceScatter);
+}
+TEST(DataParallel, ReplicasWithExpertsSlicedMatchOneProcess) {
+  expect_replicas_match_one_process(false, MoeExchange::AllGatherReduceScatter);
+}
+TEST(DataParallel, NaiveExchangeMatchesOneProcess) { expect_replicas_match_one_process(true, MoeExchange::Naive); }
+TEST(DataParallel, AllToAllExchangeMatchesOneProcess) { expect_replicas_match_one_process(true, MoeExchange::AllToAll); }
+TEST(DataParallel, AllToAllWithExpertsSlicedMatchesOneProcess) {
+  expect_replicas_match_one_process(false, MoeExchange::AllToAll);
+}
+// tp 2 x dp 2 (4 processes): TP inside each replica, the all-to-all's dispatch shared by a
+// replica's TP ranks and its results returned to both.
+TEST(DataParallel, TensorAndDataParallelAllToAllMatchesOneProcess) {
+  expect_replicas_match_one_process(true, MoeExchange::AllToAll, /*tp=*/2);
+}
+TEST(DataParallel, TensorAndDataParallelReduceScatterMatchesOneProcess) {
+  expect_replicas_match_one_process(true, MoeExchange::AllGatherReduceScatter, /*tp=*/2);
+}
 
 // Several prompts of different lengths (the longer ones prefilled in chunks), greedy.
 const std::vector<std::vector<int32_t>> kPrompts{

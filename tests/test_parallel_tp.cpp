@@ -35,6 +35,10 @@ class SizeOnly final : public Communicator {
   int size() const override { return n_; }
   void all_reduce_sum(std::span<float>) override { throw Error("not a real group"); }
   void all_gather(std::span<const std::byte>, std::span<std::byte>) override { throw Error("not a real group"); }
+  void all_to_all(std::span<const std::byte>, std::span<const int64_t>, std::span<std::byte>,
+                  std::span<const int64_t>) override {
+    throw Error("not a real group");
+  }
   void broadcast(std::span<std::byte>, int) override { throw Error("not a real group"); }
   void barrier() override { throw Error("not a real group"); }
 

@@ -127,6 +127,23 @@ TEST(ParallelWorld, CollectivesAcrossTwoProcesses) {
     if (rank == 1) msg = {std::byte{7}, std::byte{8}, std::byte{9}};
     g.broadcast_bytes(msg, 1);
     if (msg.size() != 3 || msg[2] != std::byte{9}) return 5;
+    // All-to-all with uneven pieces: rank 0 sends 1 byte to itself and 3 to rank 1; rank 1 sends
+    // nothing to rank 0 and 2 bytes to itself.
+    {
+      const std::vector<int64_t> send = rank == 0 ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{0, 2};
+      const std::vector<int64_t> recv = rank == 0 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{3, 2};
+      std::vector<std::byte> in, out(size_t(recv[0] + recv[1]));
+      for (int64_t i = 0; i < send[0] + send[1]; ++i) in.push_back(std::byte(rank * 100 + i));
+      g.all_to_all(in, send, out, recv);
+      const std::vector<std::byte> want = rank == 0 ? std::vector<std::byte>{std::byte{0}}
+                                                    : std::vector<std::byte>{std::byte{1}, std::byte{2}, std::byte{3},
+                                                                             std::byte{100}, std::byte{101}};
+      if (out != want) return 8;
+      // Nothing to send at all on either side still completes.
+      std::vector<std::byte> empty;
+      const std::vector<int64_t> zeros{0, 0};
+      g.all_to_all(empty, zeros, empty, zeros);
+    }
     // A sub-group holding both ranks, then one holding rank 1 alone.
     auto tp = w.new_group("tp0", {0, 1});
     std::vector<float> one{float(rank)};

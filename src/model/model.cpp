@@ -19,7 +19,8 @@ Model::Model(const std::filesystem::path& dir, ModelOptions options)
       checkpoint_(std::make_unique<Checkpoint>(dir)),
       weights_(load_weights(*checkpoint_, config_, options.quantization,
                             TensorParallel{options.tensor_parallel.get(), options.expert_parallel,
-                                           options.data_parallel.get(), options.expert_group.get()})),
+                                           options.data_parallel.get(), options.expert_group.get(),
+                                           options.moe_exchange})),
       rope_(config_),
       pool_(options.num_threads) {}
 

@@ -38,6 +38,7 @@ struct ModelOptions {
   // without work calling forward_dummy().
   std::shared_ptr<Communicator> data_parallel = nullptr;
   std::shared_ptr<Communicator> expert_group = nullptr;
+  MoeExchange moe_exchange = MoeExchange::AllGatherReduceScatter;  // --all2all-backend
 };
 
 // One sequence's part of a forward step. The contract with the cache: forward writes exactly the

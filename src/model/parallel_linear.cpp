@@ -98,3 +98,23 @@ WeightMatrix row_parallel(const WeightMatrix& w, const TensorParallel& tp, Owned
 }
 
 }  // namespace kimi
+
+namespace kimi {
+
+MoeExchange parse_moe_exchange(const std::string& name) {
+  if (name == "naive") return MoeExchange::Naive;
+  if (name == "allgather_reducescatter") return MoeExchange::AllGatherReduceScatter;
+  if (name == "alltoallv") return MoeExchange::AllToAll;
+  throw Error("--all2all-backend must be naive, allgather_reducescatter or alltoallv, not '" + name + "'");
+}
+
+const char* moe_exchange_name(MoeExchange e) {
+  switch (e) {
+    case MoeExchange::Naive: return "naive";
+    case MoeExchange::AllGatherReduceScatter: return "allgather_reducescatter";
+    case MoeExchange::AllToAll: return "alltoallv";
+  }
+  return "?";
+}
+
+}  // namespace kimi

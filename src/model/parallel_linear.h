@@ -16,7 +16,9 @@
 // over all tp x dp ranks instead (whole with expert_parallel, sliced without): each MoE block
 // gathers the DP replicas' tokens, runs its experts on all of them, sums the routed outputs over
 // every rank and keeps its own rows; attention, dense layers and shared experts stay per replica.
+// How the tokens travel is MoeExchange (vLLM's --all2all-backend).
 #include <cstdint>
+#include <string>
 
 #include "format/model_config.h"
 #include "kernels/matmul.h"
@@ -24,6 +26,19 @@
 #include "parallel/communicator.h"
 
 namespace kimi {
+
+// How an MoE block moves tokens between data-parallel replicas (vLLM's --all2all-backend):
+// - Naive: all-gather every replica's tokens, all-reduce the routed outputs of the whole gathered
+//   batch over all ranks, keep this replica's rows.
+// - AllGatherReduceScatter (vLLM's default): the same gather, then each rank sends every other
+//   rank only that rank's replica's rows of its partial sums (a reduce-scatter by replica, as one
+//   all-to-all) and adds what it receives: half the bytes of the all-reduce and one round.
+// - AllToAll: no gather; each rank routes its replica's tokens (a replica's TP ranks dispatch a
+//   share each) and sends a token's row only to the ranks that hold one of its experts, with its
+//   gates; they return their experts' weighted sum (two all-to-alls and a count exchange).
+enum class MoeExchange { Naive, AllGatherReduceScatter, AllToAll };
+MoeExchange parse_moe_exchange(const std::string& name);  // naive | allgather_reducescatter | alltoallv
+const char* moe_exchange_name(MoeExchange e);
 
 // The routed experts a rank holds: [first, first + count).
 struct ExpertRange {
@@ -37,6 +52,7 @@ struct TensorParallel {
   // in DP-rank order, and all tp x dp ranks, which share the routed experts.
   Communicator* data_parallel = nullptr;
   Communicator* moe_group = nullptr;
+  MoeExchange exchange = MoeExchange::AllGatherReduceScatter;
   int rank() const { return group ? group->rank() : 0; }
   int size() const { return group ? group->size() : 1; }
   // Whether MoE blocks exchange tokens across DP replicas.
@@ -44,7 +60,8 @@ struct TensorParallel {
   // The ranks the routed experts are spread over: all tp x dp ranks under data parallelism,
   // otherwise the TP group.
   TensorParallel routed_experts() const {
-    return moe_data_parallel() ? TensorParallel{moe_group, expert_parallel} : TensorParallel{group, expert_parallel};
+    return moe_data_parallel() ? TensorParallel{.group = moe_group, .expert_parallel = expert_parallel}
+                               : TensorParallel{.group = group, .expert_parallel = expert_parallel};
   }
   // Throws kimi::Error unless heads and MLP / expert widths divide evenly over the ranks (under
   // expert parallelism: the expert count, and the shared experts' width, instead of the routed

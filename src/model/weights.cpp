@@ -104,6 +104,7 @@ LayerWeights bind_layer(WeightBinder& b, const ModelConfig& c, int64_t l,
   if (tp.moe_data_parallel()) {
     m.data_parallel = tp.data_parallel;
     m.routed_reduce = RowParallelReduce{tp.moe_group};
+    m.exchange = tp.exchange;
   }
   active.add(m.router);
   active.add_share(m.experts[0], c.num_experts_per_tok, mine.count, c.n_routed_experts);

@@ -41,7 +41,8 @@ struct MoeWeights {
   // Under data parallelism (model/parallel_linear.h): the group the tokens are gathered over, and
   // the sum of the routed outputs over all tp x dp ranks (then `reduce` sums the shared expert only).
   Communicator* data_parallel = nullptr;
-  RowParallelReduce routed_reduce;
+  RowParallelReduce routed_reduce;  // its group: all tp x dp ranks, in world-rank order
+  MoeExchange exchange = MoeExchange::AllGatherReduceScatter;
 };
 
 struct LayerWeights {

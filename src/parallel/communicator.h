@@ -5,6 +5,7 @@
 // same order with the same sizes. A peer that dies or stops answering surfaces as kimi::Error
 // within the group's timeout, never as a hang.
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -20,6 +21,11 @@ class Communicator {
   virtual void all_reduce_sum(std::span<float> data) = 0;
   // out = the ranks' `in` concatenated in rank order (out.size() == size() * in.size()).
   virtual void all_gather(std::span<const std::byte> in, std::span<std::byte> out) = 0;
+  // Personalised exchange: `in` holds send_bytes[q] bytes for each rank q, in rank order; `out`
+  // receives recv_bytes[q] bytes from each rank q, in rank order (each side knows its sizes;
+  // both lists have size() entries; the piece for this rank itself is copied).
+  virtual void all_to_all(std::span<const std::byte> in, std::span<const int64_t> send_bytes, std::span<std::byte> out,
+                          std::span<const int64_t> recv_bytes) = 0;
   // data on every rank = data on `root`.
   virtual void broadcast(std::span<std::byte> data, int root) = 0;
   virtual void barrier() = 0;

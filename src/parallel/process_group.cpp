@@ -2,6 +2,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoallv.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -67,6 +68,35 @@ void GlooProcessGroup::all_gather(std::span<const std::byte> in, std::span<std::
     opts.setTag(tag_++);
     opts.setTimeout(timeout_);
     gloo::allgather(opts);
+  });
+}
+
+void GlooProcessGroup::all_to_all(std::span<const std::byte> in, std::span<const int64_t> send_bytes,
+                                  std::span<std::byte> out, std::span<const int64_t> recv_bytes) {
+  const size_t n = size_t(size());
+  if (send_bytes.size() != n || recv_bytes.size() != n) throw Error("all_to_all: one size per rank");
+  int64_t sent = 0, received = 0;
+  for (size_t q = 0; q < n; ++q) {
+    if (send_bytes[q] < 0 || recv_bytes[q] < 0) throw Error("all_to_all: a negative size");
+    sent += send_bytes[q];
+    received += recv_bytes[q];
+  }
+  if (size_t(sent) != in.size() || size_t(received) != out.size()) throw Error("all_to_all: sizes do not add up to the buffers");
+  if (n == 1) {
+    std::copy(in.begin(), in.end(), out.begin());
+    return;
+  }
+  // Gloo wants a buffer even for nothing: a byte of our own stands in for an empty side.
+  std::byte none_in{}, none_out{};
+  guarded("all-to-all", &stats_.all_to_all, size_t(sent - send_bytes[size_t(rank())]), [&] {
+    gloo::AlltoallvOptions opts(context_);
+    // Gloo reads the input through a non-const buffer but does not write it.
+    opts.setInput(in.empty() ? &none_in : const_cast<std::byte*>(in.data()),
+                  std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
+    opts.setOutput(out.empty() ? &none_out : out.data(), std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
+    opts.setTag(tag_++);
+    opts.setTimeout(timeout_);
+    gloo::alltoallv(opts);
   });
 }
 

@@ -16,7 +16,8 @@ class Context;
 namespace kimi {
 
 // What this rank has put through one kind of collective: calls, payload bytes (the buffer's
-// size; a ring all-reduce sends about 2 (size - 1) / size of it per rank) and wall time.
+// size; a ring all-reduce sends about 2 (size - 1) / size of it per rank; an all-to-all: the bytes
+// this rank sends to the others) and wall time.
 struct CollectiveCounter {
   int64_t calls = 0;
   int64_t bytes = 0;
@@ -24,7 +25,7 @@ struct CollectiveCounter {
 };
 
 struct CollectiveStats {
-  CollectiveCounter all_reduce, all_gather, broadcast;
+  CollectiveCounter all_reduce, all_gather, broadcast, all_to_all;
 };
 
 class GlooProcessGroup final : public Communicator {
@@ -37,6 +38,8 @@ class GlooProcessGroup final : public Communicator {
   int size() const override;
   void all_reduce_sum(std::span<float> data) override;
   void all_gather(std::span<const std::byte> in, std::span<std::byte> out) override;
+  void all_to_all(std::span<const std::byte> in, std::span<const int64_t> send_bytes, std::span<std::byte> out,
+                  std::span<const int64_t> recv_bytes) override;
   void broadcast(std::span<std::byte> data, int root) override;
   void barrier() override;
   const CollectiveStats& stats() const { return stats_; }

@@ -1,0 +1,234 @@
+#include "model/moe_data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <span>
+
+#include "common/error.h"
+#include "model/expert_work.h"
+
+namespace kimi {
+
+namespace {
+
+using moe_detail::ExpertWork;
+
+template <class T>
+std::span<const std::byte> bytes_of(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v));
+}
+template <class T>
+std::span<std::byte> writable_bytes_of(std::vector<T>& v) {
+  return std::as_writable_bytes(std::span<T>(v));
+}
+
+// The ranks the routed experts are spread over, in world-rank order: rank q is TP rank q % tp of
+// replica q / tp.
+struct MoeRanks {
+  Communicator& all;
+  int size, me, tp, replica;
+  MoeRanks(const MoeWeights& w)
+      : all(*w.routed_reduce.group),
+        size(all.size()),
+        me(all.rank()),
+        tp(size / w.data_parallel->size()),
+        replica(w.data_parallel->rank()) {
+    if (tp * w.data_parallel->size() != size || me / tp != replica)
+      throw Error("internal: the MoE group is not the data-parallel replicas' TP groups in order");
+  }
+};
+
+// Naive and AllGatherReduceScatter: every replica's tokens gathered over the DP group, this
+// rank's experts run on all of them; returns this replica's rows of the routed sum over all ranks.
+std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n,
+                                   ThreadPool& pool, MoeTiming timing) {
+  const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size;
+  Communicator& dp = *w.data_parallel;
+  const int replicas = dp.size();
+  std::vector<int64_t> counts(size_t(replicas), 0);
+  dp.all_gather(std::as_bytes(std::span<const int64_t>(&n, 1)), writable_bytes_of(counts));
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<float> mine(size_t(n * D), 0.0f);
+  if (most == 0) return mine;  // no replica has tokens: nothing to exchange (every rank sees the same counts)
+
+  // Gather: each replica's rows padded to the largest count, then compacted.
+  std::vector<float> padded_mine(size_t(most * D), 0.0f), padded(size_t(replicas * most * D));
+  if (n > 0) std::memcpy(padded_mine.data(), x, size_t(n * D) * 4);
+  dp.all_gather(bytes_of(padded_mine), writable_bytes_of(padded));
+  std::vector<int64_t> first(size_t(replicas) + 1, 0);
+  std::vector<float> xs;
+  xs.reserve(size_t(replicas * most * D));
+  for (int r = 0; r < replicas; ++r) {
+    const float* rows = &padded[size_t(r * most * D)];
+    xs.insert(xs.end(), rows, rows + counts[size_t(r)] * D);
+    first[size_t(r) + 1] = first[size_t(r)] + counts[size_t(r)];
+  }
+  const int64_t total = first.back();
+
+  std::optional<PhaseScope> router_scope(std::in_place, timing.times, timing.layer, Phase::Router);
+  std::vector<float> logits(static_cast<size_t>(total * E));
+  matmul(pool, w.router, xs.data(), total, logits.data());
+  const Routing r = route_tokens(c, logits.data(), total, w.correction_bias);
+  router_scope.reset();
+  std::vector<ExpertWork> routed;
+  moe_detail::add_routed_expert_work(routed, w, r, total, E, K);
+  std::vector<float> ys(size_t(total * D), 0.0f);
+  const auto never_shared = [](const MlpWeights*) { return false; };
+  moe_detail::run_expert_work(routed, xs.data(), D, pool, ys.data(), never_shared, timing);
+
+  const MoeRanks m(w);
+  const float* own = &ys[size_t(first[size_t(m.replica)] * D)];
+  if (w.exchange == MoeExchange::Naive) {
+    w.routed_reduce(ys.data(), total * D);
+    std::copy(own, own + n * D, mine.begin());
+    return mine;
+  }
+  // Reduce-scatter by replica: rank q gets, from every other rank, that rank's partial sums of
+  // replica q / tp's rows (a replica's TP ranks all get them), and adds them to its own.
+  std::vector<int64_t> send(size_t(m.size), 0), recv(size_t(m.size), 0);
+  std::vector<float> out_buf;
+  for (int q = 0; q < m.size; ++q) {
+    if (q == m.me) continue;
+    const int rq = q / m.tp;
+    const float* rows = &ys[size_t(first[size_t(rq)] * D)];
+    out_buf.insert(out_buf.end(), rows, rows + counts[size_t(rq)] * D);
+    send[size_t(q)] = counts[size_t(rq)] * D * 4;
+    recv[size_t(q)] = n * D * 4;
+  }
+  std::vector<float> in_buf(size_t((m.size - 1) * n * D));
+  m.all.all_to_all(bytes_of(out_buf), send, writable_bytes_of(in_buf), recv);
+  std::copy(own, own + n * D, mine.begin());
+  for (int q = 0, piece = 0; q < m.size; ++q) {
+    if (q == m.me) continue;
+    const float* y = &in_buf[size_t(piece++ * n * D)];
+    for (int64_t i = 0; i < n * D; ++i) mine[size_t(i)] += y[i];
+  }
+  return mine;
+}
+
+// AllToAll: this replica's tokens go only to the ranks holding one of their experts. Token i of
+// the replica is dispatched by its TP rank i % tp; its row carries the hidden state, then per
+// selected expert the gate (0 when the destination does not hold it) and the expert's index.
+// Every TP rank of a replica routes all of the replica's tokens (the same result everywhere), so
+// each knows what every rank of its replica sent where, and so what comes back.
+std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n,
+                                     ThreadPool& pool, MoeTiming timing) {
+  const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size, row = D + 2 * K;
+  const MoeRanks m(w);
+  // Whole experts per rank under expert parallelism; sliced, every rank holds part of each.
+  const int64_t held = int64_t(w.experts.size());
+  const bool whole = held < E;
+  const auto holds = [&](int q, int32_t e) { return !whole || e / held == q; };
+
+  std::optional<PhaseScope> router_scope(std::in_place, timing.times, timing.layer, Phase::Router);
+  std::vector<float> logits(static_cast<size_t>(n * E));
+  if (n > 0) matmul(pool, w.router, x, n, logits.data());
+  const Routing r = route_tokens(c, logits.data(), n, w.correction_bias);
+  router_scope.reset();
+
+  // sent[t][q]: the tokens TP rank t of this replica sends to rank q.
+  std::vector<std::vector<std::vector<int64_t>>> sent(size_t(m.tp), std::vector<std::vector<int64_t>>(size_t(m.size)));
+  for (int64_t i = 0; i < n; ++i)
+    for (int q = 0; q < m.size; ++q)
+      for (int64_t k = 0; k < K; ++k)
+        if (holds(q, r.experts[size_t(i * K + k)])) {
+          sent[size_t(i % m.tp)][size_t(q)].push_back(i);
+          break;
+        }
+
+  // Dispatch: the counts, then the rows.
+  const auto& mine = sent[size_t(m.me % m.tp)];
+  std::vector<int64_t> send_count(size_t(m.size)), recv_count(size_t(m.size));
+  std::vector<float> out_rows;
+  for (int q = 0; q < m.size; ++q) {
+    send_count[size_t(q)] = int64_t(mine[size_t(q)].size());
+    for (int64_t i : mine[size_t(q)]) {
+      out_rows.insert(out_rows.end(), x + i * D, x + (i + 1) * D);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t e = r.experts[size_t(i * K + k)];
+        out_rows.push_back(holds(q, e) ? r.weights[size_t(i * K + k)] : 0.0f);
+      }
+      for (int64_t k = 0; k < K; ++k) out_rows.push_back(float(r.experts[size_t(i * K + k)]));  // exact below 2^24
+    }
+  }
+  const std::vector<int64_t> eight(size_t(m.size), int64_t(sizeof(int64_t)));
+  m.all.all_to_all(bytes_of(send_count), eight, writable_bytes_of(recv_count), eight);
+  std::vector<int64_t> send_bytes(size_t(m.size)), recv_bytes(size_t(m.size));
+  int64_t received = 0;
+  for (int q = 0; q < m.size; ++q) {
+    send_bytes[size_t(q)] = send_count[size_t(q)] * row * 4;
+    recv_bytes[size_t(q)] = recv_count[size_t(q)] * row * 4;
+    received += recv_count[size_t(q)];
+  }
+  std::vector<float> in_rows(size_t(received * row));
+  m.all.all_to_all(bytes_of(out_rows), send_bytes, writable_bytes_of(in_rows), recv_bytes);
+
+  // This rank's experts on the rows it received, grouped by expert.
+  std::vector<float> xs(size_t(received * D));
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(held));
+  for (int64_t j = 0; j < received; ++j) {
+    const float* in = &in_rows[size_t(j * row)];
+    std::copy(in, in + D, &xs[size_t(j * D)]);
+    for (int64_t k = 0; k < K; ++k) {
+      const float gate = in[D + k];
+      const int64_t e = int64_t(in[D + K + k]) - w.first_expert;
+      if (gate == 0.0f || !holds(m.me, int32_t(in[D + K + k]))) continue;
+      if (e < 0 || e >= held) throw Error("internal: a token sent to a rank without its expert");
+      by_expert[size_t(e)].push_back({j, gate});
+    }
+  }
+  std::vector<ExpertWork> work;
+  for (int64_t e = 0; e < held; ++e)
+    for (const auto& [j, gate] : by_expert[size_t(e)]) moe_detail::add_expert_work(work, w.experts[size_t(e)], j, gate);
+  std::vector<float> ys(size_t(received * D), 0.0f);
+  moe_detail::run_expert_work(work, xs.data(), D, pool, ys.data(), [](const MlpWeights*) { return false; }, timing);
+
+  // Combine: the results for the rows from rank s go back to every TP rank of s's replica.
+  std::vector<int64_t> first(size_t(m.size) + 1, 0);
+  for (int s = 0; s < m.size; ++s) first[size_t(s) + 1] = first[size_t(s)] + recv_count[size_t(s)];
+  std::vector<float> back;
+  for (int q = 0; q < m.size; ++q) {
+    const int64_t before = int64_t(back.size());
+    for (int s = q / m.tp * m.tp; s < (q / m.tp + 1) * m.tp; ++s)
+      back.insert(back.end(), &ys[size_t(first[size_t(s)] * D)], &ys[size_t(first[size_t(s) + 1] * D)]);
+    send_bytes[size_t(q)] = (int64_t(back.size()) - before) * 4;
+    int64_t rows_from_q = 0;
+    for (int t = 0; t < m.tp; ++t) rows_from_q += int64_t(sent[size_t(t)][size_t(q)].size());
+    recv_bytes[size_t(q)] = rows_from_q * D * 4;
+  }
+  int64_t back_rows = 0;
+  for (int q = 0; q < m.size; ++q) back_rows += recv_bytes[size_t(q)] / (D * 4);
+  std::vector<float> results(size_t(back_rows * D));
+  m.all.all_to_all(bytes_of(back), send_bytes, writable_bytes_of(results), recv_bytes);
+  std::vector<float> sum(size_t(n * D), 0.0f);
+  const float* y = results.data();
+  for (int q = 0; q < m.size; ++q)
+    for (int t = 0; t < m.tp; ++t)
+      for (int64_t i : sent[size_t(t)][size_t(q)]) {
+        float* o = &sum[size_t(i * D)];
+        for (int64_t j = 0; j < D; ++j) o[j] += y[j];
+        y += D;
+      }
+  return sum;
+}
+
+}  // namespace
+
+void moe_forward_data_parallel(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n, ThreadPool& pool,
+                               float* out, MoeTiming timing) {
+  const int64_t D = c.hidden_size;
+  const std::vector<float> routed = w.exchange == MoeExchange::AllToAll ? routed_all_to_all(c, w, x, n, pool, timing)
+                                                                        : routed_gathered(c, w, x, n, pool, timing);
+  if (n == 0) return;
+  std::fill(out, out + n * D, 0.0f);
+  if (w.shared) {
+    std::vector<ExpertWork> shared;
+    for (int64_t t = 0; t < n; ++t) moe_detail::add_expert_work(shared, *w.shared, t, 1.0f);
+    moe_detail::run_expert_work(shared, x, D, pool, out, [](const MlpWeights*) { return true; }, timing);
+    w.reduce(out, n * D);
+  }
+  for (int64_t i = 0; i < n * D; ++i) out[i] += routed[size_t(i)];
+}
+
+}  // namespace kimi
