@@ -46,13 +46,13 @@ class SizeOnly final : public Communicator {
   int n_;
 };
 
-// Under expert parallelism rank r of 2 must hold routed experts [r * E / 2, (r + 1) * E / 2),
+// Under expert parallelism rank r of N must hold routed experts [r * E / N, (r + 1) * E / N),
 // whole (all moe_intermediate_size rows), in every MoE layer; without it all E, sliced.
 // Returns why not, or "".
-std::string expert_placement_error(const Model& m, int rank, bool ep) {
+std::string expert_placement_error(const Model& m, int rank, bool ep, int ranks) {
   const ModelConfig& c = m.config();
-  const int64_t owned = ep ? c.n_routed_experts / 2 : c.n_routed_experts;
-  const int64_t rows = ep ? c.moe_intermediate_size : c.moe_intermediate_size / 2;
+  const int64_t owned = ep ? c.n_routed_experts / ranks : c.n_routed_experts;
+  const int64_t rows = ep ? c.moe_intermediate_size : c.moe_intermediate_size / ranks;
   for (const LayerWeights& L : m.weights().layers) {
     if (!L.moe) continue;
     if (L.moe->first_expert != (ep ? rank * owned : 0) || int64_t(L.moe->experts.size()) != owned)
@@ -64,9 +64,9 @@ std::string expert_placement_error(const Model& m, int rank, bool ep) {
   return "";
 }
 
-// The tiny model over 2 ranks (forked from this test), tensor parallel with or without expert
-// parallelism, against one process: the same greedy tokens, logits to float rounding.
-void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest& quant = {}) {
+// The tiny model over `ranks` ranks (forked from this test), tensor parallel with or without
+// expert parallelism, against one process: the same greedy tokens, logits to float rounding.
+void expect_ranks_match_one(bool expert_parallel, const QuantizationRequest& quant = {}, int ranks = 2) {
   test::TempDir dir;
   const auto model_dir = test::make_tiny_model(dir);
   test::GreedyTrace ref;
@@ -76,23 +76,25 @@ void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest&
   }
   TcpStoreServer server("127.0.0.1", 0, /*start=*/false);
   const int port = server.port();
-  const auto codes = test::run_ranks(2, [&](int rank) {
-    World w(WorldOptions{.rank = rank, .size = 2, .store_port = port, .serve_store = false, .timeout = 30000ms,
-                         .identity = "tiny|tp=2"});
+  const auto codes = test::run_ranks(ranks, [&](int rank) {
+    World w(WorldOptions{.rank = rank, .size = ranks, .store_port = port, .serve_store = false, .timeout = 30000ms,
+                         .identity = "tiny|tp"});
     ModelOptions mo;  // (not designated: GCC 12 warns falsely about the string inside)
     mo.num_threads = 1;
-    mo.tensor_parallel = w.new_group("tp", {0, 1});
+    std::vector<int> all(size_t(ranks), 0);
+    for (int r = 0; r < ranks; ++r) all[size_t(r)] = r;
+    mo.tensor_parallel = w.new_group("tp", all);
     mo.expert_parallel = expert_parallel;
     mo.quantization = quant;
     Model shard(model_dir, mo);
-    if (const std::string bad = expert_placement_error(shard, rank, expert_parallel); !bad.empty()) {
+    if (const std::string bad = expert_placement_error(shard, rank, expert_parallel, ranks); !bad.empty()) {
       std::fprintf(stderr, "rank %d holds %s\n", rank, bad.c_str());
       return 4;
     }
     test::save_trace(dir.path() / ("rank" + std::to_string(rank)), run_trace(shard));
     return 0;
   }, std::chrono::seconds(120), [&] { server.start(); });
-  ASSERT_EQ(codes, (std::vector<int>{0, 0}));
+  ASSERT_EQ(codes, std::vector<int>(size_t(ranks), 0));
 
   // Summing the partial products over ranks only reorders float additions, so the logits agree
   // to float rounding: 1e-4 absolute on logits of magnitude ~1, and greedy tokens exactly.
@@ -100,7 +102,7 @@ void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest&
   float ref_scale = 0;
   for (float v : ref.logits) ref_scale = std::max(ref_scale, std::fabs(v));
   EXPECT_GT(ref_scale, 1e-3f) << "the reference logits are all ~0: nothing would be compared";
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < ranks; ++r) {
     const test::GreedyTrace t = test::load_trace(dir.path() / ("rank" + std::to_string(r)));
     EXPECT_EQ(t.tokens, ref.tokens) << "rank " << r;
     ASSERT_EQ(t.logits.size(), ref.logits.size());
@@ -113,10 +115,15 @@ void expect_two_ranks_match_one(bool expert_parallel, const QuantizationRequest&
   }
 }
 
-TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) { expect_two_ranks_match_one(false); }
+TEST(ParallelTensor, TwoRanksGiveTheTokensAndLogitsOfOne) { expect_ranks_match_one(false); }
 
 // --enable-expert-parallel: each rank holds 8 of the 16 experts whole and runs only those.
-TEST(ParallelTensor, ExpertParallelTwoRanksGiveTheTokensAndLogitsOfOne) { expect_two_ranks_match_one(true); }
+TEST(ParallelTensor, ExpertParallelTwoRanksGiveTheTokensAndLogitsOfOne) { expect_ranks_match_one(true); }
+
+// tp 4 (4 processes on 2 cores): one of the tiny model's 4 heads per rank, a quarter of each MLP
+// and expert's width, or 4 of the 16 experts whole under EP.
+TEST(ParallelTensor, FourRanksGiveTheTokensAndLogitsOfOne) { expect_ranks_match_one(false, {}, 4); }
+TEST(ParallelTensor, ExpertParallelFourRanksGiveTheTokensAndLogitsOfOne) { expect_ranks_match_one(true, {}, 4); }
 
 // Routed experts quantized on load to int4 (groups of 32): under EP each rank holds whole int4
 // experts, the same ones one process has, so tokens and logits match it; plain TP slices them.
@@ -140,7 +147,7 @@ TEST(ParallelTensor, ExpertParallelKeepsQuantizedExpertsWhole) {
       EXPECT_EQ(moe.shared->down.cols, width / 2) << "the shared expert stays sliced, ep " << ep;
     }
   }
-  expect_two_ranks_match_one(true, int4);
+  expect_ranks_match_one(true, int4);
 }
 
 // Through the engine: three prompts batched, the longer ones prefilled in chunks of 8 tokens,
