@@ -95,11 +95,13 @@ class ServeProcess {
   int port_ = 0;
 };
 
-inline nlohmann::json post(int port, const std::string& path, const nlohmann::json& body, int* status_out = nullptr) {
+inline nlohmann::json post(int port, const std::string& path, const nlohmann::json& body, int* status_out = nullptr,
+                           const std::vector<std::pair<std::string, std::string>>& headers = {}) {
   http::ClientRequest req;
   req.method = "POST";
   req.target = path;
   req.headers.push_back({"Content-Type", "application/json"});
+  for (const auto& h : headers) req.headers.push_back(h);
   req.body = body.dump();
   int status = 0;
   std::string out;

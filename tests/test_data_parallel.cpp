@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <future>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -227,6 +228,35 @@ std::vector<std::string> completions(int port) {
   return texts;
 }
 
+// Requests replica `engine` has finished at max_tokens, from /metrics.
+int64_t finished_on(int port, int engine) {
+  const std::string metrics = test::get(port, "/metrics");
+  std::istringstream lines(metrics);
+  const std::string label = "engine=\"" + std::to_string(engine) + "\"";
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("kimi:request_success_total{") && line.find(label) != std::string::npos &&
+        line.find("finished_reason=\"length\"") != std::string::npos)
+      return std::stoll(line.substr(line.rfind(' ') + 1));
+  ADD_FAILURE() << "no request_success_total series for " << label << " in\n" << metrics;
+  return -1;
+}
+
+// vLLM's X-data-parallel-rank header pins requests to a replica (without it, requests sent one
+// at a time spread over the idle replicas); a rank out of range or not a number is a 400.
+void expect_header_pins_replica(int port) {
+  const int64_t before0 = finished_on(port, 0), before1 = finished_on(port, 1);
+  const json body{{"prompt", kPrompts[1]}, {"max_tokens", 2}, {"ignore_eos", true}};
+  for (int i = 0; i < 3; ++i) test::post(port, "/v1/completions", body, nullptr, {{"X-data-parallel-rank", "1"}});
+  test::post(port, "/v1/completions", body, nullptr, {{"x-data-parallel-rank", "1"}});  // any case
+  EXPECT_EQ(finished_on(port, 1) - before1, 4);
+  EXPECT_EQ(finished_on(port, 0) - before0, 0);
+  for (const char* bad : {"2", "-1", "one", "1x"}) {
+    int status = 0;
+    const json err = test::post(port, "/v1/completions", body, &status, {{"X-data-parallel-rank", bad}});
+    EXPECT_EQ(status, 400) << "X-data-parallel-rank: '" << bad << "': " << err.dump();
+  }
+}
+
 // `kimi serve -dp 2 --enable-expert-parallel` (one command, two processes), then the same run as
 // two "nodes": each must answer exactly as one process does.
 TEST(DataParallelServe, OneCommandAndTwoNodesAnswerAsOneProcess) {
@@ -248,6 +278,7 @@ TEST(DataParallelServe, OneCommandAndTwoNodesAnswerAsOneProcess) {
     EXPECT_EQ(completions(dp.port()), want) << dp.log();
     const std::string metrics = test::get(dp.port(), "/metrics");
     EXPECT_NE(metrics.find("engine=\"1\""), std::string::npos) << metrics;
+    expect_header_pins_replica(dp.port());
   }
   {
     const std::string store = std::to_string(free_port());

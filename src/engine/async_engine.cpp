@@ -76,9 +76,12 @@ AsyncEngine::~AsyncEngine() {
 }
 
 std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, std::vector<int32_t> prompt,
-                                                        SamplingParams params, int priority) {
+                                                        SamplingParams params, int priority, std::optional<int> replica) {
   // validate() reads only immutable state, so it may run beside a step.
   engines_[0]->validate(prompt, params);
+  if (replica && (*replica < 0 || *replica >= int(engines_.size())))
+    throw Error("data-parallel rank " + std::to_string(*replica) + " is out of range [0, " +
+                std::to_string(engines_.size()) + ")");
   if (engines_.size() > 1 && params.structured.active())
     throw Error("structured outputs are not supported with data parallelism yet");
   std::shared_ptr<RequestStream> stream(new RequestStream(id, params.n));
@@ -87,7 +90,7 @@ std::shared_ptr<RequestStream> AsyncEngine::add_request(const std::string& id, s
     if (draining_ || stop_) throw EngineShuttingDown();
     if (streams_.count(id)) throw Error("a request with id '" + id + "' is already running");
     streams_.emplace(id, Entry{stream, params.n});
-    pending_adds_.push_back({id, std::move(prompt), std::move(params), priority});
+    pending_adds_.push_back({id, std::move(prompt), std::move(params), priority, replica});
   }
   cv_.notify_all();
   return stream;
@@ -239,7 +242,8 @@ void AsyncEngine::loop() {
     if (stop_) break;
     for (auto& p : pending_adds_) {
       try {
-        engines_[least_loaded()]->add_request(p.id, std::move(p.prompt), std::move(p.params), p.priority);
+        const size_t d = p.replica ? size_t(*p.replica) : least_loaded();
+        engines_[d]->add_request(p.id, std::move(p.prompt), std::move(p.params), p.priority);
       } catch (const Error& e) {  // validated already; kept so that a stream never hangs
         RequestOutput o;
         o.request_id = p.id;

@@ -59,9 +59,10 @@ class AsyncEngine {
   AsyncEngine(const AsyncEngine&) = delete;
   AsyncEngine& operator=(const AsyncEngine&) = delete;
 
-  // Validates at once (throwing kimi::Error for a bad request) and queues the request.
+  // Validates at once (throwing kimi::Error for a bad request) and queues the request, on
+  // `replica` when given (vLLM's X-data-parallel-rank header) or else the least loaded one.
   std::shared_ptr<RequestStream> add_request(const std::string& id, std::vector<int32_t> prompt, SamplingParams params,
-                                             int priority = 0);
+                                             int priority = 0, std::optional<int> replica = std::nullopt);
   void abort_request(const std::string& id);
   EngineStats stats();
   // Requests accepted but not running yet (queued here or in the scheduler), for admission control.
@@ -102,6 +103,7 @@ class AsyncEngine {
     std::vector<int32_t> prompt;
     SamplingParams params;
     int priority;
+    std::optional<int> replica;
   };
   std::vector<Pending> pending_adds_;
   std::vector<std::string> pending_aborts_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <optional>
 
 #include "server/api_error.h"
 #include "server/json_body.h"
@@ -33,6 +35,18 @@ Response error_response(int status, const std::string& message, const Headers& e
 }
 
 ojson parse_body(const http::HttpRequest& req) { return parse_json_body(req.body); }
+
+// vLLM's X-data-parallel-rank header: run the request on that replica (the engine checks the range).
+std::optional<int> data_parallel_rank(const http::HttpRequest& req) {
+  const std::string* h = req.header("X-data-parallel-rank");
+  if (!h) return std::nullopt;
+  int rank = 0;
+  const char* end = h->data() + h->size();
+  const auto [p, ec] = std::from_chars(h->data(), end, rank);
+  if (ec != std::errc() || p != end || h->empty())
+    throw ApiError(400, "X-data-parallel-rank must be an integer, not '" + *h + "'");
+  return rank;
+}
 
 class ExchangeWriter : public EventWriter {
  public:
@@ -274,10 +288,11 @@ void HttpServer::route(Exchange& ex, Headers& extra) {
     guarded(ex, extra, [&] {
       const ojson body = parse_body(req);
       if (draining()) throw EngineShuttingDown();
-      std::shared_ptr<ResponseJob> job = path == "/v1/chat/completions" ? serving_.start_chat(body)
-                                         : path == "/v1/completions"    ? serving_.start_completion(body)
-                                         : path == "/v1/responses"      ? responses_->start(body)
-                                                                        : messages_->start(body);
+      const std::optional<int> rank = data_parallel_rank(req);
+      std::shared_ptr<ResponseJob> job = path == "/v1/chat/completions" ? serving_.start_chat(body, rank)
+                                         : path == "/v1/completions"    ? serving_.start_completion(body, rank)
+                                         : path == "/v1/responses"      ? responses_->start(body, rank)
+                                                                        : messages_->start(body, rank);
       // A client that hangs up, streaming or not, must not leave its request running.
       ex.on_hangup([job] { job->cancel(); });
       if (!job->streaming()) {

@@ -367,9 +367,9 @@ std::unique_ptr<ChatStreamTranslator> make_messages_stream_translator(std::strin
   return std::make_unique<MessagesStream>(std::move(id), std::move(model));
 }
 
-std::unique_ptr<ResponseJob> MessagesApi::start(const ojson& body) {
+std::unique_ptr<ResponseJob> MessagesApi::start(const ojson& body, std::optional<int> data_parallel_rank) {
   const ojson chat = messages_to_chat_body(body);
-  std::unique_ptr<ResponseJob> job = serving_.start_chat(chat);
+  std::unique_ptr<ResponseJob> job = serving_.start_chat(chat, data_parallel_rank);
   const std::string id = make_response_id("msg_", counter_);
   const std::string model = chat.contains("model") ? chat["model"].get<std::string>()
                                                    : serving_.config().served_model_names[0];

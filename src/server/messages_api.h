@@ -16,6 +16,7 @@
 // message_delta, message_stop). Errors use Anthropic's shape {"type": "error", "error": {type,
 // message}}. Thinking blocks carry an empty signature: there is none to give.
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/chat_bridge.h"
@@ -42,7 +43,7 @@ class MessagesApi {
  public:
   explicit MessagesApi(OpenAiServing& serving) : serving_(serving) {}
   // Validates, translates and starts the request; throws ApiError before anything runs.
-  std::unique_ptr<ResponseJob> start(const ojson& body);
+  std::unique_ptr<ResponseJob> start(const ojson& body, std::optional<int> data_parallel_rank = std::nullopt);
   // {"input_tokens": N}: the prompt the request renders to, counted.
   ojson count_tokens(const ojson& body) const;
 

@@ -26,6 +26,7 @@ struct ApiRequest {
   SamplingParams params;
   bool max_tokens_given = false;
   int priority = 0;
+  std::optional<int> data_parallel_rank;  // the X-data-parallel-rank header: the replica to run on
   std::string request_id;  // optional client-supplied id (vLLM's request_id)
 
   // /v1/completions

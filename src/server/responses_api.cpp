@@ -498,9 +498,9 @@ std::unique_ptr<ChatStreamTranslator> make_responses_stream_translator(ResponseC
   return std::make_unique<ResponsesStream>(std::move(ctx));
 }
 
-std::unique_ptr<ResponseJob> ResponsesApi::start(const ojson& body) {
+std::unique_ptr<ResponseJob> ResponsesApi::start(const ojson& body, std::optional<int> data_parallel_rank) {
   ResponsesRequest req = responses_to_chat_request(body);
-  std::unique_ptr<ResponseJob> job = serving_.start_chat(req.chat);
+  std::unique_ptr<ResponseJob> job = serving_.start_chat(req.chat, data_parallel_rank);
   ResponseContext ctx;
   ctx.id = make_response_id("resp_", counter_);
   ctx.model = req.chat.contains("model") ? req.chat["model"].get<std::string>() : serving_.config().served_model_names[0];

@@ -24,6 +24,7 @@
 // response.output_item.done, then response.completed (or response.incomplete), each with its
 // sequence_number; no [DONE].
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "server/chat_bridge.h"
@@ -57,7 +58,7 @@ class ResponsesApi {
  public:
   explicit ResponsesApi(OpenAiServing& serving) : serving_(serving) {}
   // Validates, translates and starts the request; throws ApiError before anything runs.
-  std::unique_ptr<ResponseJob> start(const ojson& body);
+  std::unique_ptr<ResponseJob> start(const ojson& body, std::optional<int> data_parallel_rank = std::nullopt);
 
  private:
   OpenAiServing& serving_;

@@ -242,7 +242,7 @@ class CompletionJob : public ResponseJob {
     prompt_ids_ = std::move(prompts);
     for (size_t i = 0; i < prompt_ids_.size(); ++i) {
       const std::string rid = id_ + "-" + std::to_string(i);
-      reqs_.add(rid, reqs_.engine().add_request(rid, prompt_ids_[i], r_.params, r_.priority));
+      reqs_.add(rid, reqs_.engine().add_request(rid, prompt_ids_[i], r_.params, r_.priority, r_.data_parallel_rank));
     }
   }
   bool streaming() const override { return r_.stream; }
@@ -408,7 +408,7 @@ class ChatJob : public ResponseJob {
 
   void submit(std::vector<int32_t> prompt) {
     prompt_len_ = int64_t(prompt.size());
-    reqs_.add(id_, reqs_.engine().add_request(id_, std::move(prompt), r_.params, r_.priority));
+    reqs_.add(id_, reqs_.engine().add_request(id_, std::move(prompt), r_.params, r_.priority, r_.data_parallel_rank));
   }
   bool streaming() const override { return r_.stream; }
   void cancel() override { reqs_.abort(); }
@@ -649,8 +649,9 @@ void OpenAiServing::check_capacity() const {
                             "); retry later.");
 }
 
-std::unique_ptr<ResponseJob> OpenAiServing::start_completion(const ojson& body) {
+std::unique_ptr<ResponseJob> OpenAiServing::start_completion(const ojson& body, std::optional<int> data_parallel_rank) {
   ApiRequest r = parse_completion_request(body);
+  r.data_parallel_rank = data_parallel_rank;
   check_model(r.model);
   check_capacity();
   std::vector<std::vector<int32_t>> prompts;
@@ -703,8 +704,9 @@ std::string OpenAiServing::render_chat(const ApiRequest& r) const {
   return prompt;
 }
 
-std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body) {
+std::unique_ptr<ResponseJob> OpenAiServing::start_chat(const ojson& body, std::optional<int> data_parallel_rank) {
   ApiRequest r = parse_chat_request(body);
+  r.data_parallel_rank = data_parallel_rank;
   check_model(r.model);
   check_capacity();
   std::vector<int32_t> prompt = tokenizer_.encode(render_chat(r));

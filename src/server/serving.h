@@ -3,6 +3,7 @@
 // turns a parsed request into engine requests, and engine outputs into response JSON or SSE
 // chunks, passing chat output through the kimi_k2 reasoning and tool-call parsers.
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,8 +50,10 @@ class OpenAiServing {
   const ServingConfig& config() const { return config_; }
   ojson models() const;
   // Validate, tokenize and submit; throw ApiError (with its HTTP status) before anything runs.
-  std::unique_ptr<ResponseJob> start_completion(const ojson& body);
-  std::unique_ptr<ResponseJob> start_chat(const ojson& body);
+  // data_parallel_rank: the X-data-parallel-rank header (the replica to run on; none: the least
+  // loaded).
+  std::unique_ptr<ResponseJob> start_completion(const ojson& body, std::optional<int> data_parallel_rank = std::nullopt);
+  std::unique_ptr<ResponseJob> start_chat(const ojson& body, std::optional<int> data_parallel_rank = std::nullopt);
   ojson tokenize(const ojson& body) const;
   ojson detokenize(const ojson& body) const;
   // The prompt a chat request renders to (for /tokenize with messages, and tests).
