@@ -27,17 +27,50 @@ std::span<std::byte> writable_bytes_of(std::vector<T>& v) {
 // replica q / tp.
 struct MoeRanks {
   Communicator& all;
-  int size, me, tp, replica;
+  Communicator* tp_group;  // this replica's TP group (null with tp 1)
+  int size, me, tp, replica, tp_rank;
   MoeRanks(const MoeWeights& w)
       : all(*w.routed_reduce.group),
+        tp_group(w.reduce.group),
         size(all.size()),
         me(all.rank()),
         tp(size / w.data_parallel->size()),
-        replica(w.data_parallel->rank()) {
-    if (tp * w.data_parallel->size() != size || me / tp != replica)
+        replica(w.data_parallel->rank()),
+        tp_rank(me % tp) {
+    if (tp * w.data_parallel->size() != size || me / tp != replica || (tp > 1) != (tp_group && tp_group->size() > 1) ||
+        (tp_group && tp_group->rank() != tp_rank))
       throw Error("internal: the MoE group is not the data-parallel replicas' TP groups in order");
   }
 };
+
+// After each TP rank of a replica has the final rows rows_of(t) of the replica's n (its share),
+// every TP rank gets all of them: each sends its share to the others (one all-to-all in the TP
+// group), so a replica's rows cross the network between replicas once, not once per TP rank.
+template <class RowsOf>
+void share_within_replica(const MoeRanks& m, int64_t D, RowsOf rows_of, std::vector<float>& rows) {
+  if (m.tp == 1) return;
+  std::vector<int64_t> send(size_t(m.tp), 0), recv(size_t(m.tp), 0);
+  std::vector<float> out;
+  const std::vector<int64_t> mine = rows_of(m.tp_rank);
+  for (int t = 0; t < m.tp; ++t) {
+    if (t == m.tp_rank) continue;
+    for (int64_t i : mine) out.insert(out.end(), &rows[size_t(i * D)], &rows[size_t((i + 1) * D)]);
+    send[size_t(t)] = int64_t(mine.size()) * D * 4;
+    recv[size_t(t)] = int64_t(rows_of(t).size()) * D * 4;
+  }
+  int64_t total = 0;
+  for (int64_t b : recv) total += b / 4;
+  std::vector<float> in(static_cast<size_t>(total));
+  m.tp_group->all_to_all(bytes_of(out), send, writable_bytes_of(in), recv);
+  const float* y = in.data();
+  for (int t = 0; t < m.tp; ++t) {
+    if (t == m.tp_rank) continue;
+    for (int64_t i : rows_of(t)) {
+      std::copy(y, y + D, &rows[size_t(i * D)]);
+      y += D;
+    }
+  }
+}
 
 // Naive and AllGatherReduceScatter: every replica's tokens gathered over the DP group, this
 // rank's experts run on all of them; returns this replica's rows of the routed sum over all ranks.
@@ -84,34 +117,44 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
     std::copy(own, own + n * D, mine.begin());
     return mine;
   }
-  // Reduce-scatter by replica: rank q gets, from every other rank, that rank's partial sums of
-  // replica q / tp's rows (a replica's TP ranks all get them), and adds them to its own.
+  // Reduce-scatter by replica and TP rank: rank q = (replica r, TP rank t) gets from every other
+  // rank its partial sums of slice t of replica r's rows and adds them to its own; then the
+  // replica's TP ranks share their slices.
+  const auto slice = [&](int64_t count, int t) { return std::pair{count * t / m.tp, count * (t + 1) / m.tp}; };
+  const auto [mine_begin, mine_end] = slice(n, m.tp_rank);
+  const int64_t my_rows = mine_end - mine_begin;
   std::vector<int64_t> send(size_t(m.size), 0), recv(size_t(m.size), 0);
   std::vector<float> out_buf;
   for (int q = 0; q < m.size; ++q) {
     if (q == m.me) continue;
     const int rq = q / m.tp;
-    const float* rows = &ys[size_t(first[size_t(rq)] * D)];
-    out_buf.insert(out_buf.end(), rows, rows + counts[size_t(rq)] * D);
-    send[size_t(q)] = counts[size_t(rq)] * D * 4;
-    recv[size_t(q)] = n * D * 4;
+    const auto [b, e] = slice(counts[size_t(rq)], q % m.tp);
+    out_buf.insert(out_buf.end(), &ys[size_t((first[size_t(rq)] + b) * D)], &ys[size_t((first[size_t(rq)] + e) * D)]);
+    send[size_t(q)] = (e - b) * D * 4;
+    recv[size_t(q)] = my_rows * D * 4;
   }
-  std::vector<float> in_buf(size_t((m.size - 1) * n * D));
+  std::vector<float> in_buf(size_t((m.size - 1) * my_rows * D));
   m.all.all_to_all(bytes_of(out_buf), send, writable_bytes_of(in_buf), recv);
-  std::copy(own, own + n * D, mine.begin());
+  std::copy(own + mine_begin * D, own + mine_end * D, mine.begin() + mine_begin * D);
   for (int q = 0, piece = 0; q < m.size; ++q) {
     if (q == m.me) continue;
-    const float* y = &in_buf[size_t(piece++ * n * D)];
-    for (int64_t i = 0; i < n * D; ++i) mine[size_t(i)] += y[i];
+    const float* y = &in_buf[size_t(piece++ * my_rows * D)];
+    float* o = &mine[size_t(mine_begin * D)];
+    for (int64_t i = 0; i < my_rows * D; ++i) o[i] += y[i];
   }
+  share_within_replica(m, D, [&](int t) {
+    const auto [b, e] = slice(n, t);
+    std::vector<int64_t> rows;
+    for (int64_t i = b; i < e; ++i) rows.push_back(i);
+    return rows;
+  }, mine);
   return mine;
 }
 
 // AllToAll: this replica's tokens go only to the ranks holding one of their experts. Token i of
 // the replica is dispatched by its TP rank i % tp; its row carries the hidden state, then per
-// selected expert the gate (0 when the destination does not hold it) and the expert's index.
-// Every TP rank of a replica routes all of the replica's tokens (the same result everywhere), so
-// each knows what every rank of its replica sent where, and so what comes back.
+// selected expert the gate (0 when the destination does not hold it) and the expert's index. The
+// weighted sums come back to the dispatching rank, and the replica's TP ranks then share them.
 std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t n,
                                      ThreadPool& pool, MoeTiming timing) {
   const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size, row = D + 2 * K;
@@ -120,36 +163,45 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   const int64_t held = int64_t(w.experts.size());
   const bool whole = held < E;
   const auto holds = [&](int q, int32_t e) { return !whole || e / held == q; };
+  const auto rows_of = [&](int t) {
+    std::vector<int64_t> rows;
+    for (int64_t i = t; i < n; i += m.tp) rows.push_back(i);
+    return rows;
+  };
 
+  // Route this rank's share of the tokens.
+  const std::vector<int64_t> mine = rows_of(m.tp_rank);
+  const int64_t own = int64_t(mine.size());
+  std::vector<float> xs_own(size_t(own * D));
+  for (int64_t j = 0; j < own; ++j) std::copy(x + mine[size_t(j)] * D, x + (mine[size_t(j)] + 1) * D, &xs_own[size_t(j * D)]);
   std::optional<PhaseScope> router_scope(std::in_place, timing.times, timing.layer, Phase::Router);
-  std::vector<float> logits(static_cast<size_t>(n * E));
-  if (n > 0) matmul(pool, w.router, x, n, logits.data());
-  const Routing r = route_tokens(c, logits.data(), n, w.correction_bias);
+  std::vector<float> logits(static_cast<size_t>(own * E));
+  if (own > 0) matmul(pool, w.router, xs_own.data(), own, logits.data());
+  const Routing r = route_tokens(c, logits.data(), own, w.correction_bias);
   router_scope.reset();
 
-  // sent[t][q]: the tokens TP rank t of this replica sends to rank q.
-  std::vector<std::vector<std::vector<int64_t>>> sent(size_t(m.tp), std::vector<std::vector<int64_t>>(size_t(m.size)));
-  for (int64_t i = 0; i < n; ++i)
+  // sent[q]: the indices j (into mine) of the tokens this rank sends to rank q.
+  std::vector<std::vector<int64_t>> sent(size_t(m.size));
+  for (int64_t j = 0; j < own; ++j)
     for (int q = 0; q < m.size; ++q)
       for (int64_t k = 0; k < K; ++k)
-        if (holds(q, r.experts[size_t(i * K + k)])) {
-          sent[size_t(i % m.tp)][size_t(q)].push_back(i);
+        if (holds(q, r.experts[size_t(j * K + k)])) {
+          sent[size_t(q)].push_back(j);
           break;
         }
 
   // Dispatch: the counts, then the rows.
-  const auto& mine = sent[size_t(m.me % m.tp)];
   std::vector<int64_t> send_count(size_t(m.size)), recv_count(size_t(m.size));
   std::vector<float> out_rows;
   for (int q = 0; q < m.size; ++q) {
-    send_count[size_t(q)] = int64_t(mine[size_t(q)].size());
-    for (int64_t i : mine[size_t(q)]) {
-      out_rows.insert(out_rows.end(), x + i * D, x + (i + 1) * D);
+    send_count[size_t(q)] = int64_t(sent[size_t(q)].size());
+    for (int64_t j : sent[size_t(q)]) {
+      out_rows.insert(out_rows.end(), &xs_own[size_t(j * D)], &xs_own[size_t((j + 1) * D)]);
       for (int64_t k = 0; k < K; ++k) {
-        const int32_t e = r.experts[size_t(i * K + k)];
-        out_rows.push_back(holds(q, e) ? r.weights[size_t(i * K + k)] : 0.0f);
+        const int32_t e = r.experts[size_t(j * K + k)];
+        out_rows.push_back(holds(q, e) ? r.weights[size_t(j * K + k)] : 0.0f);
       }
-      for (int64_t k = 0; k < K; ++k) out_rows.push_back(float(r.experts[size_t(i * K + k)]));  // exact below 2^24
+      for (int64_t k = 0; k < K; ++k) out_rows.push_back(float(r.experts[size_t(j * K + k)]));  // exact below 2^24
     }
   }
   const std::vector<int64_t> eight(size_t(m.size), int64_t(sizeof(int64_t)));
@@ -173,7 +225,7 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
     for (int64_t k = 0; k < K; ++k) {
       const float gate = in[D + k];
       const int64_t e = int64_t(in[D + K + k]) - w.first_expert;
-      if (gate == 0.0f || !holds(m.me, int32_t(in[D + K + k]))) continue;
+      if (gate == 0.0f) continue;
       if (e < 0 || e >= held) throw Error("internal: a token sent to a rank without its expert");
       by_expert[size_t(e)].push_back({j, gate});
     }
@@ -184,32 +236,24 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   std::vector<float> ys(size_t(received * D), 0.0f);
   moe_detail::run_expert_work(work, xs.data(), D, pool, ys.data(), [](const MlpWeights*) { return false; }, timing);
 
-  // Combine: the results for the rows from rank s go back to every TP rank of s's replica.
-  std::vector<int64_t> first(size_t(m.size) + 1, 0);
-  for (int s = 0; s < m.size; ++s) first[size_t(s) + 1] = first[size_t(s)] + recv_count[size_t(s)];
-  std::vector<float> back;
-  for (int q = 0; q < m.size; ++q) {
-    const int64_t before = int64_t(back.size());
-    for (int s = q / m.tp * m.tp; s < (q / m.tp + 1) * m.tp; ++s)
-      back.insert(back.end(), &ys[size_t(first[size_t(s)] * D)], &ys[size_t(first[size_t(s) + 1] * D)]);
-    send_bytes[size_t(q)] = (int64_t(back.size()) - before) * 4;
-    int64_t rows_from_q = 0;
-    for (int t = 0; t < m.tp; ++t) rows_from_q += int64_t(sent[size_t(t)][size_t(q)].size());
-    recv_bytes[size_t(q)] = rows_from_q * D * 4;
-  }
+  // Combine: each source's results go back to it, in the order its rows came.
   int64_t back_rows = 0;
-  for (int q = 0; q < m.size; ++q) back_rows += recv_bytes[size_t(q)] / (D * 4);
+  for (int q = 0; q < m.size; ++q) {
+    send_bytes[size_t(q)] = recv_count[size_t(q)] * D * 4;
+    recv_bytes[size_t(q)] = send_count[size_t(q)] * D * 4;
+    back_rows += send_count[size_t(q)];
+  }
   std::vector<float> results(size_t(back_rows * D));
-  m.all.all_to_all(bytes_of(back), send_bytes, writable_bytes_of(results), recv_bytes);
+  m.all.all_to_all(bytes_of(ys), send_bytes, writable_bytes_of(results), recv_bytes);
   std::vector<float> sum(size_t(n * D), 0.0f);
   const float* y = results.data();
   for (int q = 0; q < m.size; ++q)
-    for (int t = 0; t < m.tp; ++t)
-      for (int64_t i : sent[size_t(t)][size_t(q)]) {
-        float* o = &sum[size_t(i * D)];
-        for (int64_t j = 0; j < D; ++j) o[j] += y[j];
-        y += D;
-      }
+    for (int64_t j : sent[size_t(q)]) {
+      float* o = &sum[size_t(mine[size_t(j)] * D)];
+      for (int64_t d = 0; d < D; ++d) o[d] += y[d];
+      y += D;
+    }
+  share_within_replica(m, D, rows_of, sum);
   return sum;
 }
 

@@ -30,12 +30,18 @@ namespace kimi {
 // How an MoE block moves tokens between data-parallel replicas (vLLM's --all2all-backend):
 // - Naive: all-gather every replica's tokens, all-reduce the routed outputs of the whole gathered
 //   batch over all ranks, keep this replica's rows.
-// - AllGatherReduceScatter (vLLM's default): the same gather, then each rank sends every other
-//   rank only that rank's replica's rows of its partial sums (a reduce-scatter by replica, as one
-//   all-to-all) and adds what it receives: half the bytes of the all-reduce and one round.
-// - AllToAll: no gather; each rank routes its replica's tokens (a replica's TP ranks dispatch a
-//   share each) and sends a token's row only to the ranks that hold one of its experts, with its
-//   gates; they return their experts' weighted sum (two all-to-alls and a count exchange).
+// - AllGatherReduceScatter (vLLM's default): the same gather, then a reduce-scatter as one
+//   all-to-all: rank (replica r, TP rank t) receives from every other rank only its partial sums
+//   of slice t of replica r's rows, and the replica's TP ranks then share their slices.
+// - AllToAll: no gather; each rank routes its share of its replica's tokens (token i: TP rank
+//   i % tp) and sends a token's row only to the ranks that hold one of its experts, with its
+//   gates; they return their experts' weighted sum to it (a count exchange and two all-to-alls),
+//   and the replica's TP ranks then share their tokens' sums.
+// Per MoE block and rank, B tokens per replica, rows of D floats, N = tp x dp ranks, ring
+// all-gathers and all-reduce: naive sends (dp - 1) B + 2 (N - 1) / N dp B rows in 2 (dp - 1) +
+// 2 (N - 1) rounds; allgather_reducescatter (dp - 1) B + (N - 1) B / tp + (tp - 1) B / tp rows in
+// 2 (dp - 1) + 2 rounds (one fewer with tp 1); alltoallv about 2 R B / tp + (tp - 1) B / tp rows
+// (R: the ranks a token's experts are on) in 4 rounds (3 with tp 1).
 enum class MoeExchange { Naive, AllGatherReduceScatter, AllToAll };
 MoeExchange parse_moe_exchange(const std::string& name);  // naive | allgather_reducescatter | alltoallv
 const char* moe_exchange_name(MoeExchange e);
