@@ -134,14 +134,26 @@ int run_serve(int argc, char** argv) {
   ParallelLaunch launch(pa, argc, argv, parallel_identity(dir, pa, a.get("quantization", "")));
   mo.num_threads = launch.threads_per_rank(int(a.get_int("threads", 0)));
   launch.configure(mo);
+  // The KV budget, on every rank: a data-parallel replica's leader reports its own node's to rank 0.
+  // Every local rank keeps its own KV cache in the same RAM (a TP rank a whole copy of the latent
+  // cache, a replica its own), so a fraction of RAM is the node's, shared among its ranks; an
+  // explicit --kv-cache-memory is per rank, as vLLM's is per device.
+  EngineConfig ec;
+  if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
+  ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
+  if (!a.has("kv-cache-memory") && launch.local_ranks() > 1) {
+    ec.kv_cache_memory_fraction /= launch.local_ranks();
+    if (!launch.is_worker())
+      std::fprintf(stderr, "kv cache: %.3g of RAM per rank (the fraction shared by this node's %d ranks)\n",
+                   ec.kv_cache_memory_fraction, launch.local_ranks());
+  }
   Model model(dir, mo);
   if (launch.is_worker()) {  // rank 0 serves; this rank runs the steps it is sent
-    launch.run_worker(model);
+    launch.run_worker(model, kv_cache_budget_bytes(ec));
     return 0;
   }
   const Tokenizer tokenizer = Tokenizer::load(dir);
 
-  EngineConfig ec;
   ec.scheduler.max_model_len = a.get_int("max-model-len", 0);
   ec.scheduler.max_num_seqs = a.get_int("max-num-seqs", 256);
   ec.scheduler.max_num_batched_tokens = a.get_int("max-num-batched-tokens", 2048);
@@ -151,16 +163,6 @@ int run_serve(int argc, char** argv) {
   ec.block_size = a.get_int("block-size", 16);
   ec.enable_prefix_caching = !a.has("no-enable-prefix-caching");
   ec.seed = uint64_t(a.get_int("seed", 0));
-  if (a.has("kv-cache-memory")) ec.kv_cache_bytes = size_t(a.get_int("kv-cache-memory", 0));
-  ec.kv_cache_memory_fraction = a.get_double("gpu-memory-utilization", ec.kv_cache_memory_fraction);
-  // Every local rank keeps its own KV cache in the same RAM (a TP rank a whole copy of the latent
-  // cache, a replica its own), so a fraction of RAM is the node's, shared among its ranks; an
-  // explicit --kv-cache-memory is per rank, as vLLM's is per device.
-  if (!a.has("kv-cache-memory") && launch.local_ranks() > 1) {
-    ec.kv_cache_memory_fraction /= launch.local_ranks();
-    std::fprintf(stderr, "kv cache: %.3g of RAM per rank (the fraction shared by this node's %d ranks)\n",
-                 ec.kv_cache_memory_fraction, launch.local_ranks());
-  }
   ec.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));
   ec.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   // The connector's listener port (kv_port 0: chosen at start-up), for the start-up line.

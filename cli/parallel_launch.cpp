@@ -203,19 +203,21 @@ void ParallelLaunch::configure(ModelOptions& options) const {
   options.moe_exchange = args_.moe_exchange;
 }
 
-void ParallelLaunch::run_worker(Model& model) const {
+void ParallelLaunch::run_worker(Model& model, size_t kv_cache_bytes) const {
   if (world_rank_ % args_.tensor_parallel_size != 0) return run_tensor_parallel_worker(model);
   if (links_.size() != 1) throw Error("internal: a data-parallel leader without its link to rank 0");
-  run_data_parallel_leader(model, *links_[0]);
+  run_data_parallel_leader(model, *links_[0], kv_cache_bytes);
 }
 
 DataParallelReplicas ParallelLaunch::replicas() const {
   DataParallelReplicas r;
   if (world_rank_ != 0) return r;
-  for (const auto& link : links_)
+  for (const auto& link : links_) {
+    r.kv_cache_bytes.push_back(receive_replica_kv_cache_bytes(*link));
     r.executors.push_back([link](const KvCacheConfig& kv) -> std::unique_ptr<Executor> {
       return std::make_unique<DataParallelClient>(link, kv);
     });
+  }
   return r;
 }
 

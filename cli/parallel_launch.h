@@ -71,10 +71,12 @@ class ParallelLaunch {
   std::shared_ptr<Communicator> expert_group() const { return moe_; }
   // The model's options for this rank's shard.
   void configure(ModelOptions& options) const;
-  // A worker's loop: a replica leader's (engine/dp_executor.h) or a TP worker's
-  // (engine/tp_executor.h), until rank 0 stops it.
-  void run_worker(Model& model) const;
-  // World rank 0: the executors of replicas 1.. for AsyncEngine.
+  // A worker's loop: a replica leader's (engine/dp_executor.h), which first reports its replica's
+  // KV cache bytes (this node's budget), or a TP worker's (engine/tp_executor.h), until rank 0
+  // stops it.
+  void run_worker(Model& model, size_t kv_cache_bytes = 0) const;
+  // World rank 0: the executors of replicas 1.. for AsyncEngine, with each one's KV cache bytes
+  // (waits for their leaders to report them).
   DataParallelReplicas replicas() const;
   // This rank's traffic in its TP group so far (null with tp = 1).
   const CollectiveStats* tensor_parallel_stats() const { return tp_ ? &tp_->stats() : nullptr; }

@@ -173,12 +173,14 @@ TEST(DataParallel, EngineReplicasGiveTheTokensOfOneEngine) {
     Model replica(model_dir, r.options);
     auto link = r.world.new_group("link1", {0, 1});
     if (rank == 1) {
-      run_data_parallel_leader(replica, *link);
+      run_data_parallel_leader(replica, *link, /*kv_cache_bytes=*/12345678);
       return 0;
     }
     int bad = 0;
     {
       DataParallelReplicas others;
+      others.kv_cache_bytes.push_back(receive_replica_kv_cache_bytes(*link));
+      if (others.kv_cache_bytes[0] != 12345678) return 6;
       others.executors.push_back(
           [link](const KvCacheConfig& kv) -> std::unique_ptr<Executor> { return std::make_unique<DataParallelClient>(link, kv); });
       AsyncEngine engine(replica, nullptr, small_engine_config(), std::move(others));
@@ -241,6 +243,19 @@ int64_t finished_on(int port, int engine) {
   return -1;
 }
 
+// Replica `engine`'s KV cache blocks, from /metrics.
+int64_t kv_blocks_of(int port, int engine) {
+  const std::string metrics = test::get(port, "/metrics");
+  std::istringstream lines(metrics);
+  const std::string label = "engine=\"" + std::to_string(engine) + "\"", key = "num_gpu_blocks=\"";
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("kimi:cache_config_info{") && line.find(label) != std::string::npos &&
+        line.find(key) != std::string::npos)
+      return std::stoll(line.substr(line.find(key) + key.size()));
+  ADD_FAILURE() << "no cache_config_info for " << label << " in\n" << metrics;
+  return -1;
+}
+
 // vLLM's X-data-parallel-rank header pins requests to a replica (without it, requests sent one
 // at a time spread over the idle replicas); a rank out of range or not a number is a 400.
 void expect_header_pins_replica(int port) {
@@ -283,14 +298,18 @@ TEST(DataParallelServe, OneCommandAndTwoNodesAnswerAsOneProcess) {
   {
     const std::string store = std::to_string(free_port());
     // Node 1 first: it waits for node 0's store (the order a cluster's nodes start in is arbitrary).
+    // Node 1's KV cache is its own: half node 0's (the ServeProcess default, 32 MiB).
     test::ServeProcess node1(model, (dir.path() / "node1.log").string(),
                              {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-start-rank", "1",
-                              "--headless", "--data-parallel-rpc-port", store},
+                              "--headless", "--data-parallel-rpc-port", store, "--kv-cache-memory", "16777216"},
                              0);
     test::ServeProcess node0(model, (dir.path() / "node0.log").string(),
                              {"-dp", "2", "--data-parallel-size-local", "1", "--data-parallel-rpc-port", store}, 120);
     ASSERT_GT(node0.port(), 0) << node0.log() << "\nnode 1:\n" << node1.log();
     EXPECT_EQ(completions(node0.port()), want) << node0.log() << "\nnode 1:\n" << node1.log();
+    const int64_t blocks0 = kv_blocks_of(node0.port(), 0), blocks1 = kv_blocks_of(node0.port(), 1);
+    EXPECT_GT(blocks1, 0);
+    EXPECT_EQ(blocks1 * 2, blocks0) << "replica 1's KV cache is sized by node 0's budget, not its own node's";
   }
 }
 

@@ -44,9 +44,10 @@ std::vector<std::unique_ptr<Engine>> make_engines(Model& model, const Tokenizer*
   std::vector<std::unique_ptr<Engine>> engines;
   config.lockstep = !replicas.executors.empty();
   engines.push_back(std::make_unique<Engine>(model, tokenizer, config));
-  for (auto& executor : replicas.executors) {
+  for (size_t d = 0; d < replicas.executors.size(); ++d) {
     EngineConfig c = config;
-    c.executor_factory = std::move(executor);
+    c.executor_factory = std::move(replicas.executors[d]);
+    if (d < replicas.kv_cache_bytes.size()) c.kv_cache_bytes = replicas.kv_cache_bytes[d];
     engines.push_back(std::make_unique<Engine>(model, tokenizer, std::move(c)));
   }
   return engines;

@@ -50,6 +50,8 @@ class RequestStream {
 // 1, 2, ...). Empty: one engine, no data parallelism.
 struct DataParallelReplicas {
   std::vector<std::function<std::unique_ptr<Executor>(const KvCacheConfig&)>> executors;
+  // Each remote replica's KV cache bytes, from its own node's RAM and flags (empty: this node's).
+  std::vector<size_t> kv_cache_bytes;
 };
 
 class AsyncEngine {

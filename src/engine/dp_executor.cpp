@@ -81,8 +81,16 @@ void DataParallelClient::check_alive() {
   }
 }
 
-void run_data_parallel_leader(Model& model, Communicator& link) {
+size_t receive_replica_kv_cache_bytes(Communicator& link) {
+  uint64_t bytes = 0;
+  link.broadcast(std::as_writable_bytes(std::span<uint64_t>(&bytes, 1)), 1);
+  return size_t(bytes);
+}
+
+void run_data_parallel_leader(Model& model, Communicator& link, size_t kv_cache_bytes) {
   if (link.size() != 2 || link.rank() != 1) throw Error("run_data_parallel_leader: needs rank 1 of a 2-rank link");
+  uint64_t bytes = kv_cache_bytes;
+  link.broadcast(std::as_writable_bytes(std::span<uint64_t>(&bytes, 1)), 1);
   std::unique_ptr<Executor> executor;
   while (true) {
     std::vector<std::byte> m;

@@ -31,10 +31,14 @@ class DataParallelClient final : public Executor {
   std::shared_ptr<Communicator> link_;
 };
 
-// The loop of a replica's leader (DP rank > 0, TP rank 0): builds its executor when rank 0 sends
-// the KV settings (the TP executor over `model`'s TP group, or the model in this process), runs
-// every step it is sent and answers with the output (or the step's error) until told to stop.
-// Throws kimi::Error when rank 0 goes away.
-void run_data_parallel_leader(Model& model, Communicator& link);
+// The loop of a replica's leader (DP rank > 0, TP rank 0): first tells rank 0 the KV cache bytes
+// its node gives it (kv_cache_bytes: its own RAM and flags), then builds its executor when rank 0
+// sends the KV settings (the TP executor over `model`'s TP group, or the model in this process),
+// runs every step it is sent and answers with the output (or the step's error) until told to
+// stop. Throws kimi::Error when rank 0 goes away.
+void run_data_parallel_leader(Model& model, Communicator& link, size_t kv_cache_bytes);
+// Rank 0's side of the first message: the replica's KV cache bytes, which its engine (on rank 0)
+// sizes the replica's block table by.
+size_t receive_replica_kv_cache_bytes(Communicator& link);
 
 }  // namespace kimi

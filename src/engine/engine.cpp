@@ -16,11 +16,21 @@ namespace kimi {
 
 namespace {
 
-
 size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : size_t(8) << 30;
 }
+
+}  // namespace
+
+size_t kv_cache_budget_bytes(const EngineConfig& c) {
+  if (c.kv_cache_bytes > 0) return c.kv_cache_bytes;
+  if (!(c.kv_cache_memory_fraction > 0 && c.kv_cache_memory_fraction <= 1))
+    throw Error("the KV cache memory fraction must be in (0, 1]");
+  return size_t(double(physical_memory_bytes()) * c.kv_cache_memory_fraction);
+}
+
+namespace {
 
 EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
   if (c.scheduler.max_model_len <= 0) c.scheduler.max_model_len = mc.max_position_embeddings;
@@ -35,11 +45,7 @@ EngineConfig resolve(EngineConfig c, const ModelConfig& mc) {
     // A draft model writes its KV rows for the drafts past the verified tokens.
     c.scheduler.num_lookahead_tokens = c.speculative.num_speculative_tokens;
   }
-  if (c.kv_cache_bytes == 0) {
-    if (!(c.kv_cache_memory_fraction > 0 && c.kv_cache_memory_fraction <= 1))
-      throw Error("the KV cache memory fraction must be in (0, 1]");
-    c.kv_cache_bytes = size_t(double(physical_memory_bytes()) * c.kv_cache_memory_fraction);
-  }
+  c.kv_cache_bytes = kv_cache_budget_bytes(c);
   return c;
 }
 

@@ -46,6 +46,10 @@ struct EngineConfig {
   std::function<std::unique_ptr<Executor>(const KvCacheConfig&)> executor_factory;
 };
 
+// The KV cache's bytes: kv_cache_bytes, or kv_cache_memory_fraction of this machine's RAM.
+size_t kv_cache_budget_bytes(const EngineConfig& c);
+
+
 struct EngineStats {
   int64_t running = 0, waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
