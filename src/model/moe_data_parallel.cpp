@@ -54,7 +54,7 @@ void share_within_replica(const MoeRanks& m, int64_t D, RowsOf rows_of, std::vec
   const std::vector<int64_t> mine = rows_of(m.tp_rank);
   for (int t = 0; t < m.tp; ++t) {
     if (t == m.tp_rank) continue;
-    for (int64_t i : mine) out.insert(out.end(), &rows[size_t(i * D)], &rows[size_t((i + 1) * D)]);
+    for (int64_t i : mine) out.insert(out.end(), rows.data() + i * D, rows.data() + (i + 1) * D);
     send[size_t(t)] = int64_t(mine.size()) * D * 4;
     recv[size_t(t)] = int64_t(rows_of(t).size()) * D * 4;
   }
@@ -66,7 +66,7 @@ void share_within_replica(const MoeRanks& m, int64_t D, RowsOf rows_of, std::vec
   for (int t = 0; t < m.tp; ++t) {
     if (t == m.tp_rank) continue;
     for (int64_t i : rows_of(t)) {
-      std::copy(y, y + D, &rows[size_t(i * D)]);
+      std::copy(y, y + D, rows.data() + i * D);
       y += D;
     }
   }
@@ -93,7 +93,7 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
   std::vector<float> xs;
   xs.reserve(size_t(replicas * most * D));
   for (int r = 0; r < replicas; ++r) {
-    const float* rows = &padded[size_t(r * most * D)];
+    const float* rows = padded.data() + r * most * D;
     xs.insert(xs.end(), rows, rows + counts[size_t(r)] * D);
     first[size_t(r) + 1] = first[size_t(r)] + counts[size_t(r)];
   }
@@ -111,7 +111,7 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
   moe_detail::run_expert_work(routed, xs.data(), D, pool, ys.data(), never_shared, timing);
 
   const MoeRanks m(w);
-  const float* own = &ys[size_t(first[size_t(m.replica)] * D)];
+  const float* own = ys.data() + first[size_t(m.replica)] * D;
   if (w.exchange == MoeExchange::Naive) {
     w.routed_reduce(ys.data(), total * D);
     std::copy(own, own + n * D, mine.begin());
@@ -129,7 +129,7 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
     if (q == m.me) continue;
     const int rq = q / m.tp;
     const auto [b, e] = slice(counts[size_t(rq)], q % m.tp);
-    out_buf.insert(out_buf.end(), &ys[size_t((first[size_t(rq)] + b) * D)], &ys[size_t((first[size_t(rq)] + e) * D)]);
+    out_buf.insert(out_buf.end(), ys.data() + (first[size_t(rq)] + b) * D, ys.data() + (first[size_t(rq)] + e) * D);
     send[size_t(q)] = (e - b) * D * 4;
     recv[size_t(q)] = my_rows * D * 4;
   }
@@ -138,8 +138,8 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
   std::copy(own + mine_begin * D, own + mine_end * D, mine.begin() + mine_begin * D);
   for (int q = 0, piece = 0; q < m.size; ++q) {
     if (q == m.me) continue;
-    const float* y = &in_buf[size_t(piece++ * my_rows * D)];
-    float* o = &mine[size_t(mine_begin * D)];
+    const float* y = in_buf.data() + piece++ * my_rows * D;
+    float* o = mine.data() + mine_begin * D;
     for (int64_t i = 0; i < my_rows * D; ++i) o[i] += y[i];
   }
   share_within_replica(m, D, [&](int t) {
@@ -173,7 +173,7 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   const std::vector<int64_t> mine = rows_of(m.tp_rank);
   const int64_t own = int64_t(mine.size());
   std::vector<float> xs_own(size_t(own * D));
-  for (int64_t j = 0; j < own; ++j) std::copy(x + mine[size_t(j)] * D, x + (mine[size_t(j)] + 1) * D, &xs_own[size_t(j * D)]);
+  for (int64_t j = 0; j < own; ++j) std::copy(x + mine[size_t(j)] * D, x + (mine[size_t(j)] + 1) * D, xs_own.data() + j * D);
   std::optional<PhaseScope> router_scope(std::in_place, timing.times, timing.layer, Phase::Router);
   std::vector<float> logits(static_cast<size_t>(own * E));
   if (own > 0) matmul(pool, w.router, xs_own.data(), own, logits.data());
@@ -196,7 +196,7 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   for (int q = 0; q < m.size; ++q) {
     send_count[size_t(q)] = int64_t(sent[size_t(q)].size());
     for (int64_t j : sent[size_t(q)]) {
-      out_rows.insert(out_rows.end(), &xs_own[size_t(j * D)], &xs_own[size_t((j + 1) * D)]);
+      out_rows.insert(out_rows.end(), xs_own.data() + j * D, xs_own.data() + (j + 1) * D);
       for (int64_t k = 0; k < K; ++k) {
         const int32_t e = r.experts[size_t(j * K + k)];
         out_rows.push_back(holds(q, e) ? r.weights[size_t(j * K + k)] : 0.0f);
@@ -220,8 +220,8 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   std::vector<float> xs(size_t(received * D));
   std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(held));
   for (int64_t j = 0; j < received; ++j) {
-    const float* in = &in_rows[size_t(j * row)];
-    std::copy(in, in + D, &xs[size_t(j * D)]);
+    const float* in = in_rows.data() + j * row;
+    std::copy(in, in + D, xs.data() + j * D);
     for (int64_t k = 0; k < K; ++k) {
       const float gate = in[D + k];
       const int64_t e = int64_t(in[D + K + k]) - w.first_expert;
@@ -249,7 +249,7 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   const float* y = results.data();
   for (int q = 0; q < m.size; ++q)
     for (int64_t j : sent[size_t(q)]) {
-      float* o = &sum[size_t(mine[size_t(j)] * D)];
+      float* o = sum.data() + mine[size_t(j)] * D;
       for (int64_t d = 0; d < D; ++d) o[d] += y[d];
       y += D;
     }
