@@ -51,8 +51,8 @@ ParallelArgs parse_parallel_args(const Args& a) {
   p.local_rank = int(a.get_int("parallel-local-rank", 0));
   p.parallel_timeout_s = a.get_double("parallel-timeout", p.parallel_timeout_s);
   p.numa = a.get("numa", p.numa);
-  p.moe_exchange = parse_moe_exchange(a.get("all2all-backend", moe_exchange_name(p.moe_exchange)));
   if (p.numa != "auto" && p.numa != "none") throw Error("--numa must be auto or none, not '" + p.numa + "'");
+  p.moe_exchange = parse_moe_exchange(a.get("all2all-backend", moe_exchange_name(p.moe_exchange)));
 
   if (p.tensor_parallel_size < 1 || p.tensor_parallel_size > 256)
     throw Error("--tensor-parallel-size must be between 1 and 256");
@@ -155,11 +155,11 @@ ParallelLaunch::ParallelLaunch(const ParallelArgs& p, int argc, char** argv, con
     }
     reaped_.assign(children_.size(), false);
   }
-  // After the forks (each spawned rank places itself) and before this process starts a thread:
-  // the binding is per thread and inherited by the threads started later.
-  if (p.numa == "auto") place_on_numa_nodes();
-  if (!children_.empty()) watcher_ = std::thread([this] { watch_children(); });
   try {
+    // After the forks (each spawned rank places itself) and before this process starts a thread:
+    // the binding is per thread and inherited by the threads started later.
+    if (p.numa == "auto") place_on_numa_nodes();
+    if (!children_.empty()) watcher_ = std::thread([this] { watch_children(); });
     WorldOptions o;
     o.rank = world_rank_;
     o.size = tp * dp;
