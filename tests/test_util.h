@@ -130,7 +130,9 @@ struct CmdResult {
 
 struct RunOptions {
   bool keep_stderr = true;  // false: stderr goes to /dev/null (a --json line on stdout stays parseable)
-  int timeout_s = 300;      // killed after this long, so a hung child fails its test instead of CI
+  // Killed after this long, so a hung child fails its test with its output instead of reaching
+  // the test's ctest limit (240 s), which would show nothing.
+  int timeout_s = 200;
 };
 
 // Runs `kimi ARGS` through the shell (so ARGS may redirect stdin), capturing its output.

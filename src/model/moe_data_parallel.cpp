@@ -29,7 +29,7 @@ struct MoeRanks {
   Communicator& all;
   Communicator* tp_group;  // this replica's TP group (null with tp 1)
   int size, me, tp, replica, tp_rank;
-  MoeRanks(const MoeWeights& w)
+  explicit MoeRanks(const MoeWeights& w)
       : all(*w.routed_reduce.group),
         tp_group(w.reduce.group),
         size(all.size()),
