@@ -23,6 +23,22 @@ std::span<std::byte> writable_bytes_of(std::vector<T>& v) {
   return std::as_writable_bytes(std::span<T>(v));
 }
 
+// One all-to-all of rows of `width` floats: `out` holds rows_out[q] rows for each rank q, in rank
+// order; returns the rows_in[q] rows from each rank q, in rank order.
+std::vector<float> exchange_rows(Communicator& group, const std::vector<float>& out, const std::vector<int64_t>& rows_out,
+                                 const std::vector<int64_t>& rows_in, int64_t width) {
+  std::vector<int64_t> send(rows_out.size()), recv(rows_in.size());
+  int64_t total = 0;
+  for (size_t q = 0; q < rows_out.size(); ++q) send[q] = rows_out[q] * width * 4;
+  for (size_t q = 0; q < rows_in.size(); ++q) {
+    recv[q] = rows_in[q] * width * 4;
+    total += rows_in[q];
+  }
+  std::vector<float> in(static_cast<size_t>(total * width));
+  group.all_to_all(bytes_of(out), send, writable_bytes_of(in), recv);
+  return in;
+}
+
 // The ranks the routed experts are spread over, in world-rank order: rank q is TP rank q % tp of
 // replica q / tp.
 struct MoeRanks {
@@ -55,13 +71,10 @@ void share_within_replica(const MoeRanks& m, int64_t D, RowsOf rows_of, std::vec
   for (int t = 0; t < m.tp; ++t) {
     if (t == m.tp_rank) continue;
     for (int64_t i : mine) out.insert(out.end(), rows.data() + i * D, rows.data() + (i + 1) * D);
-    send[size_t(t)] = int64_t(mine.size()) * D * 4;
-    recv[size_t(t)] = int64_t(rows_of(t).size()) * D * 4;
+    send[size_t(t)] = int64_t(mine.size());
+    recv[size_t(t)] = int64_t(rows_of(t).size());
   }
-  int64_t total = 0;
-  for (int64_t b : recv) total += b / 4;
-  std::vector<float> in(static_cast<size_t>(total));
-  m.tp_group->all_to_all(bytes_of(out), send, writable_bytes_of(in), recv);
+  const std::vector<float> in = exchange_rows(*m.tp_group, out, send, recv, D);
   const float* y = in.data();
   for (int t = 0; t < m.tp; ++t) {
     if (t == m.tp_rank) continue;
@@ -130,11 +143,10 @@ std::vector<float> routed_gathered(const ModelConfig& c, const MoeWeights& w, co
     const int rq = q / m.tp;
     const auto [b, e] = slice(counts[size_t(rq)], q % m.tp);
     out_buf.insert(out_buf.end(), ys.data() + (first[size_t(rq)] + b) * D, ys.data() + (first[size_t(rq)] + e) * D);
-    send[size_t(q)] = (e - b) * D * 4;
-    recv[size_t(q)] = my_rows * D * 4;
+    send[size_t(q)] = e - b;
+    recv[size_t(q)] = my_rows;
   }
-  std::vector<float> in_buf(size_t((m.size - 1) * my_rows * D));
-  m.all.all_to_all(bytes_of(out_buf), send, writable_bytes_of(in_buf), recv);
+  const std::vector<float> in_buf = exchange_rows(m.all, out_buf, send, recv, D);
   std::copy(own + mine_begin * D, own + mine_end * D, mine.begin() + mine_begin * D);
   for (int q = 0, piece = 0; q < m.size; ++q) {
     if (q == m.me) continue;
@@ -206,15 +218,8 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   }
   const std::vector<int64_t> eight(size_t(m.size), int64_t(sizeof(int64_t)));
   m.all.all_to_all(bytes_of(send_count), eight, writable_bytes_of(recv_count), eight);
-  std::vector<int64_t> send_bytes(size_t(m.size)), recv_bytes(size_t(m.size));
-  int64_t received = 0;
-  for (int q = 0; q < m.size; ++q) {
-    send_bytes[size_t(q)] = send_count[size_t(q)] * row * 4;
-    recv_bytes[size_t(q)] = recv_count[size_t(q)] * row * 4;
-    received += recv_count[size_t(q)];
-  }
-  std::vector<float> in_rows(size_t(received * row));
-  m.all.all_to_all(bytes_of(out_rows), send_bytes, writable_bytes_of(in_rows), recv_bytes);
+  const std::vector<float> in_rows = exchange_rows(m.all, out_rows, send_count, recv_count, row);
+  const int64_t received = int64_t(in_rows.size()) / row;
 
   // This rank's experts on the rows it received, grouped by expert.
   std::vector<float> xs(size_t(received * D));
@@ -237,14 +242,7 @@ std::vector<float> routed_all_to_all(const ModelConfig& c, const MoeWeights& w, 
   moe_detail::run_expert_work(work, xs.data(), D, pool, ys.data(), [](const MlpWeights*) { return false; }, timing);
 
   // Combine: each source's results go back to it, in the order its rows came.
-  int64_t back_rows = 0;
-  for (int q = 0; q < m.size; ++q) {
-    send_bytes[size_t(q)] = recv_count[size_t(q)] * D * 4;
-    recv_bytes[size_t(q)] = send_count[size_t(q)] * D * 4;
-    back_rows += send_count[size_t(q)];
-  }
-  std::vector<float> results(size_t(back_rows * D));
-  m.all.all_to_all(bytes_of(ys), send_bytes, writable_bytes_of(results), recv_bytes);
+  const std::vector<float> results = exchange_rows(m.all, ys, recv_count, send_count, D);
   std::vector<float> sum(size_t(n * D), 0.0f);
   const float* y = results.data();
   for (int q = 0; q < m.size; ++q)
