@@ -46,6 +46,8 @@ int run_latency(int argc, char** argv) {
         "--breakdown (one variant) then times one more run's decode steps per layer and phase\n"
         "(attention, router, routed experts, shared expert, dense MLP, lm_head) with the bytes each\n"
         "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
+        "it also prints the synchronisation share: of the threads' time, how much they waited for\n"
+        "each other inside parallel regions, and how much they idled while one thread worked alone.\n"
         "--batch 1,8,32 does so for decode steps of that many sequences at once.\n"
         "--speculative-config (one object or a JSON list of them, as kimi serve takes) adds each as a\n"
         "variant after plain decoding, timed alternately with it; --num-speculative-tokens 1,2,3,4\n"

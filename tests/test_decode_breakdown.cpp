@@ -115,8 +115,17 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_NEAR(x.seconds_per_token, expect, 1e-12);
   EXPECT_NEAR(x.tokens_per_s, 1 / expect, 1e-6 / expect);
   EXPECT_NEAR(x.roofline_tokens_per_s, 1e10 / x.bytes_per_token, 1e-6);
+  // The threads' time: shares of the steps' thread time, from the pool's region timing.
+  EXPECT_EQ(b.threads, m.num_threads());
+  if (b.threads > 1) {
+    EXPECT_GT(b.regions_per_step, 0);
+  }
+  EXPECT_GE(b.sync_share, 0);
+  EXPECT_GE(b.serial_share, 0);
+  EXPECT_LT(b.sync_share + b.serial_share, 1);
   const std::string report = format_decode_breakdown(m, b, 1e10);
   EXPECT_NE(report.find("routed experts"), std::string::npos);
+  EXPECT_NE(report.find("waiting for each other inside regions (sync)"), std::string::npos);
   EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
 }
 

@@ -162,5 +162,57 @@ TEST(ThreadPool, ExceptionsPropagateAndPoolStaysUsable) {
   }
 }
 
+// Guided chunks: large first (at most half a thread's share), small last (at most a sixteenth of
+// a thread's share, or the grain), so that threads finish a region close together.
+TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
+  ThreadPool pool(2);
+  constexpr int64_t kN = 1600;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  pool.parallel_for(kN, 1, [&](int64_t b, int64_t e) {
+    std::lock_guard lock(mu);
+    chunks.emplace_back(b, e);
+  });
+  int64_t covered = 0;
+  for (const auto& [b, e] : chunks) {
+    covered += e - b;
+    EXPECT_LE(e - b, kN / 4) << "[" << b << ", " << e << ")";
+    if (e == kN) {
+      EXPECT_LE(e - b, kN / 32) << "last chunk [" << b << ", " << e << ")";
+    }
+  }
+  EXPECT_EQ(covered, kN);
+  EXPECT_GE(chunks.size(), 8u);
+  check_coverage(pool, kN, 70);  // the grain still bounds every chunk but the last
+}
+
+// Region timing: one region whose chunks are uneven (one sleeps, one returns at once) spends
+// about the sleeping chunk's time waiting in the other thread; an inline run is not a region.
+TEST(ThreadPool, RegionTimingCountsTheWaitForTheSlowestThread) {
+  ThreadPool pool(2);
+  pool.set_region_timing(true);
+  pool.parallel_for(1, 1, [](int64_t, int64_t) {});  // n <= grain: runs inline
+  EXPECT_EQ(pool.region_times().regions, 0);
+  constexpr double kSleep = 0.03;
+  pool.parallel_for(2, 1, [&](int64_t b, int64_t) {
+    if (b == 0) std::this_thread::sleep_for(std::chrono::duration<double>(kSleep));
+  });
+  const RegionTimes t = pool.region_times();
+  EXPECT_EQ(t.regions, 1);
+  EXPECT_GE(t.wall_seconds, kSleep);
+  EXPECT_GE(t.busy_seconds, kSleep);  // the sleeping chunk counts as work
+  EXPECT_LE(t.busy_seconds, t.thread_seconds(2) + 1e-6);
+  // Whichever thread did not sleep waited: for the other chunk's sleep, or, if it woke too late
+  // to take a chunk, for the whole region.
+  EXPECT_GT(t.wait_seconds(2), 0.5 * kSleep) << "wall " << t.wall_seconds << " busy " << t.busy_seconds;
+
+  pool.set_region_timing(true);  // switching on again resets the sums
+  EXPECT_EQ(pool.region_times().regions, 0);
+  EXPECT_EQ(pool.region_times().busy_seconds, 0);
+  pool.set_region_timing(false);
+  pool.parallel_for(2, 1, [](int64_t, int64_t) {});
+  EXPECT_EQ(pool.region_times().regions, 0);  // off: nothing counted
+}
+
 }  // namespace
 }  // namespace kimi

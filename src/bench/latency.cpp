@@ -254,6 +254,7 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
   }
   PhaseTimes times;
   model.set_phase_times(&times);
+  model.pool().set_region_timing(true);
   try {
     for (int64_t step = 0; step < o.output_len; ++step) {
       ForwardBatch fb;
@@ -267,11 +268,21 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     }
   } catch (...) {
     model.set_phase_times(nullptr);
+    model.pool().set_region_timing(false);
     throw;
   }
   model.set_phase_times(nullptr);
+  const RegionTimes regions = model.pool().region_times();
+  model.pool().set_region_timing(false);
 
   DecodeBreakdown b;
+  b.threads = model.num_threads();
+  const double thread_seconds = double(b.threads) * times.forward_seconds;
+  if (times.steps > 0 && thread_seconds > 0) {
+    b.regions_per_step = double(regions.regions) / double(times.steps);
+    b.sync_share = regions.wait_seconds(b.threads) / thread_seconds;
+    b.serial_share = double(b.threads - 1) * std::max(0.0, times.forward_seconds - regions.wall_seconds) / thread_seconds;
+  }
   b.batch = batch;
   b.steps = times.steps;
   b.step_seconds = times.forward_seconds / double(times.steps);
@@ -362,6 +373,11 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
                 "other", 1e3 * b.other_seconds, 100.0 * b.other_seconds / b.step_seconds);
   out += line;
   std::snprintf(line, sizeof line, "named phases sum to %.1f%% of the step time\n", 100.0 * named / b.step_seconds);
+  out += line;
+  std::snprintf(line, sizeof line,
+                "threads: %d, %.0f parallel regions per step; of the threads' time: %.1f%% waiting for each other "
+                "inside regions (sync), %.1f%% idle while one thread works between regions (serial)\n",
+                b.threads, b.regions_per_step, 100.0 * b.sync_share, 100.0 * b.serial_share);
   out += line;
   const DecodeExtrapolation x = extrapolate_decode(model, b, read_bandwidth);
   if (!x.possible) {

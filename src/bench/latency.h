@@ -63,6 +63,12 @@ struct DecodeBreakdown {
   std::vector<std::array<double, kNumPhases>> seconds;  // per step: [layer][phase], last row lm_head
   std::vector<std::array<double, kNumPhases>> bytes;    // per step, the same rows: weights (+ KV for attention)
   double other_seconds = 0;     // per step: step_seconds minus every named phase (norms, residual, embedding)
+  // The threads' time over the steps (threads x step time), split: waiting for each other inside
+  // parallel regions (waking up, uneven ends), and idle while one thread works alone between them.
+  int threads = 1;
+  double regions_per_step = 0;
+  double sync_share = 0;
+  double serial_share = 0;
 };
 DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1);
 

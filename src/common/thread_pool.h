@@ -10,6 +10,10 @@
 // matmuls microseconds apart, and waking a sleeping thread through the kernel costs about as
 // much as one of them (as in ggml's thread pool, which spins too). After kSpin without a job
 // they block on a condition variable, so an idle server uses no CPU.
+//
+// Optionally (set_region_timing) the pool accounts its parallel regions: their wall time and the
+// time threads spent in them working, whose difference is time spent waiting for each other
+// (waking up, an uneven last chunk). `kimi bench latency --breakdown` prints that share.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -20,6 +24,17 @@
 
 namespace kimi {
 
+// Parallel regions run with timing on, summed since timing was switched on. A region is a
+// parallel_for that was handed to the workers (one that ran inline on the caller is not).
+struct RegionTimes {
+  int64_t regions = 0;
+  double wall_seconds = 0;    // summed wall time of the regions, from hand-off to the last thread done
+  double busy_seconds = 0;    // summed over threads: time spent taking and running chunks
+  double thread_seconds(int threads) const { return wall_seconds * threads; }
+  // Thread time inside regions spent not working: waiting to wake, or for the slowest thread.
+  double wait_seconds(int threads) const { return thread_seconds(threads) - busy_seconds; }
+};
+
 class ThreadPool {
  public:
   explicit ThreadPool(int num_threads);  // <= 0: hardware concurrency
@@ -28,6 +43,11 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return int(workers_.size()) + 1; }
+
+  // Region timing (off by default: it costs two clock reads per thread and region). Switching it
+  // on resets the sums. Not to be switched while a parallel_for runs.
+  void set_region_timing(bool on);
+  RegionTimes region_times() const;
 
   // Calls fn(begin, end) over disjoint chunks covering [0, n), each of at least `grain` items
   // (except the last), spread over all threads; returns when all chunks are done.
@@ -41,6 +61,7 @@ class ThreadPool {
   void run(int64_t n, int64_t grain, ChunkFn fn, void* ctx);
   void worker_loop();
   void work_on_current_job();
+  void timed_work_on_current_job();
 
   std::vector<std::jthread> workers_;  // joined first thing in the destructor
   // The sleeping side of the hand-offs. A thread announces that it sleeps (sleepers_ /
@@ -61,6 +82,11 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};
   std::exception_ptr error_;  // first exception of the current job, under mu_
   std::atomic<bool> busy_{false};  // a job is being run (by exactly one caller)
+  // Region timing: written by the caller; workers add their busy time before they report done.
+  bool timing_ = false;
+  int64_t regions_ = 0;
+  int64_t region_wall_ns_ = 0;
+  std::atomic<int64_t> busy_ns_{0};
 };
 
 }  // namespace kimi
