@@ -273,9 +273,11 @@ void add_per_isa(benchmark::internal::Benchmark* b, std::initializer_list<std::v
       b->Args(a);
     }
 }
-// The real Kimi-K2.5 expert shapes: gate/up [2048 x 7168] and down [7168 x 2048].
+// The real Kimi-K2.5 expert shapes: gate/up [2048 x 7168] and down [7168 x 2048]; and short rows
+// of `small` (its lm_head has rows of 1024 inputs, its experts' down projections 512).
 void gemv_args(benchmark::internal::Benchmark* b) {
-  add_per_isa(b, {{2048, 7168, 1}, {7168, 2048, 1}, {4096, 4096, 1}, {2048, 7168, 0}, {7168, 2048, 0}});
+  add_per_isa(b, {{2048, 7168, 1}, {7168, 2048, 1}, {4096, 4096, 1}, {2048, 7168, 0}, {7168, 2048, 0},
+                  {8192, 1024, 1}, {16384, 512, 1}});
   b->Args({7168, 2048, 1, kScalar});
 }
 void quant_args(benchmark::internal::Benchmark* b) {

@@ -173,6 +173,16 @@ std::vector<float> run_variant(ThreadPool& pool, QuantIsa isa, const QuantWeight
   return std::vector<float>(y.begin() + kGuard, y.end() - kGuard);
 }
 
+// One variant on n random tokens against the double reference, within float rounding.
+void expect_matches_reference(ThreadPool& pool, QuantIsa isa, const QuantWeights& q, int64_t n, Rng& rng) {
+  const std::vector<float> x = random_x(n * q.c.cols, rng);
+  std::vector<double> mag;
+  const std::vector<double> want = reference(q, x, n, mag);
+  const std::vector<float> got = run_variant(pool, isa, q, x, n);
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(q.c, n) << " at " << i;
+}
+
 // Random cases: every format x activation x scale dtype, group sizes 32..128, 96 (a size the
 // integer SIMD blocks cannot follow: scalar fallback) and per-channel, ragged row / column tails.
 std::vector<QuantCase> random_cases(Rng& rng, int per_combo) {
@@ -254,12 +264,8 @@ TEST_P(QuantKernelsIsa, KimiExpertShape) {
     const QuantCase c{WeightFormat::Int4Group, a, DType::BF16, false, 70, 7168, 32};
     const QuantWeights q = make_quant(c, rng);
     for (int64_t n : {1, 20}) {
-      const std::vector<float> x = random_x(n * c.cols, rng);
-      std::vector<double> mag;
-      const std::vector<double> want = reference(q, x, n, mag);
-      const std::vector<float> got = run_variant(pool, GetParam(), q, x, n);
-      for (size_t i = 0; i < want.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+      expect_matches_reference(pool, GetParam(), q, n, rng);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -279,12 +285,8 @@ TEST_P(QuantKernelsIsa, Int4WordLayoutEdges) {
       const QuantCase c{WeightFormat::Int4Group, ActivationQuant::None, sd, false, 7, cols, group};
       QuantWeights q = make_quant(c, rng);
       for (int64_t n : {1, 4, 7}) {
-        const std::vector<float> x = random_x(n * c.cols, rng);
-        std::vector<double> mag;
-        const std::vector<double> want = reference(q, x, n, mag);
-        const std::vector<float> got = run_variant(pool, GetParam(), q, x, n);
-        for (size_t i = 0; i < want.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(c, n) << " at " << i;
+        expect_matches_reference(pool, GetParam(), q, n, rng);
+        if (HasFatalFailure()) return;
       }
     }
   for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0x8F)}) {
@@ -308,19 +310,37 @@ TEST_P(QuantKernelsIsa, Int4Int8ExtremeProducts) {
   ThreadPool pool(2);
   Rng rng(23);
   for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0xF0)})
-    for (int pattern = 0; pattern < 3; ++pattern) {
-      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::F32, false, 5, 512, 32};
+    for (int pattern = 0; pattern < 6; ++pattern) {
+      // BF16 and F32 scales: 16 groups of 32, so the kernels' whole scale windows are used.
+      const DType sd = pattern < 3 ? DType::F32 : DType::BF16;
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, sd, false, 5, 512, 32};
       QuantWeights q = make_quant(c, rng);
       std::fill(q.data.begin(), q.data.end(), fill);
       q = make_quant_values(std::move(q));
       std::vector<float> x(size_t(c.cols));
       for (size_t i = 0; i < x.size(); ++i)
-        x[i] = pattern == 0 ? 3.0f : pattern == 1 ? -3.0f : (i % 2 ? 3.0f : -3.0f);
+        x[i] = pattern % 3 == 0 ? 3.0f : pattern % 3 == 1 ? -3.0f : (i % 2 ? 3.0f : -3.0f);
       std::vector<double> mag;
       const std::vector<double> want = reference(q, x, 1, mag);
       const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
       for (size_t i = 0; i < want.size(); ++i)
         ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " x " << pattern;
+    }
+}
+
+// int4 x int8 with groups of 32 on rows long and short enough for every scale window: whole
+// windows of 8 groups, and a row's last windows that run past its end (zero-filled).
+TEST_P(QuantKernelsIsa, Int4Int8ScaleWindows) {
+  ThreadPool pool(2);
+  Rng rng(29);
+  for (int64_t cols : {64, 256, 288, 480, 512, 2048})
+    for (DType sd : {DType::BF16, DType::F32}) {
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Int8PerToken, sd, false, 9, cols, 32};
+      const QuantWeights q = make_quant(c, rng);
+      for (int64_t n : {1, 3}) {
+        expect_matches_reference(pool, GetParam(), q, n, rng);
+        if (HasFatalFailure()) return;
+      }
     }
 }
 

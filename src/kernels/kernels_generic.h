@@ -27,6 +27,7 @@
 // Everything is in an anonymous namespace on purpose: instantiations then have internal linkage,
 // so the linker can never fold an AVX-512 copy of a function into code that runs on a CPU
 // without AVX-512. For the same reason this header uses no out-of-line standard-library code.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -72,17 +73,29 @@ struct TileArgs {
   int64_t ldy;
   bool accumulate;  // add to y (a later column block) instead of overwriting it
   bool prefetch;    // this pass reads the tile's weights from DRAM: prefetch them
+  // Whole rows only (k0 = 0, k1 = cols): rows of the next tile of this call, contiguous after
+  // this tile's, to prefetch past the rows' ends (see prefetch_rows).
+  int next_rows = 0;
 };
 
 // Streaming W from DRAM, the hardware prefetchers alone keep too few lines in flight per core
 // for these instruction-heavy loops (bf16 widening): prefetching each row kPrefetchAhead bytes
 // ahead measured +15-20% for the GEMV. Called once per `step_bytes` of each row, and only for
-// lines inside [k0, k1) (beyond that, the next column block is read much later).
+// lines inside [k0, k1) (beyond that, the next column block is read much later), except where
+// the tile is followed by `next_rows` rows of the same call (a GEMV over whole rows): there the
+// lines past a row's end are those of the next tile's row, prefetched so that a short row (an
+// expert's down projection has 2048 inputs, 4 KiB) does not start every tile from DRAM.
 template <int R>
 inline void prefetch_rows(const std::byte* const (&rows)[R], int64_t byte_pos, int64_t byte_end,
-                          int64_t step_bytes) {
+                          int64_t step_bytes, int next_rows = 0) {
   for (int64_t b = kPrefetchAhead; b < kPrefetchAhead + step_bytes; b += 64) {
-    if (byte_pos + b >= byte_end) return;
+    if (byte_pos + b >= byte_end) {
+      // Rows are contiguous: row r of the next tile starts R rows after row r of this one.
+      const int64_t past = byte_pos + b - byte_end;
+      if (past >= byte_end) return;
+      for (int r = 0; r < next_rows; ++r) __builtin_prefetch(rows[r] + R * byte_end + past, 0, 3);
+      continue;
+    }
     for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + byte_pos + b, 0, 3);
   }
 }
@@ -126,7 +139,7 @@ void dot_tile(const TileArgs& a) {
 
   int64_t k = a.k0;
   for (; k + U * L <= a.k1; k += U * L) {
-    if (a.prefetch) prefetch_rows<R>(rows, k * kElem, a.k1 * kElem, U * L * kElem);
+    if (a.prefetch) prefetch_rows<R>(rows, k * kElem, a.k1 * kElem, U * L * kElem, a.next_rows);
     for (int u = 0; u < U; ++u) {
       V xv[T];
       for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(xs[t] + k + u * L);
@@ -260,6 +273,9 @@ void run_tile(int rows, int tokens, const TileArgs& a) {
     dispatch_tile<Tile, MaxT>(rows, tokens, a, std::make_integer_sequence<int, MaxR>{});
 }
 
+// Rows of the tile after a full tile of R rows at r, within [.., r1): what it may prefetch.
+inline int next_tile_rows(int64_t r, int64_t r1, int R) { return int(std::clamp<int64_t>(r1 - r - R, 0, R)); }
+
 // Rows [r0, r1) of the few-token path (see matmul_rows_typed): R x T tiles over whole rows;
 // the caller keeps n <= T, so every weight vector is loaded and converted once.
 template <class Tr, DType D, int R, int T>
@@ -268,7 +284,8 @@ void small_batch_rows(const std::byte* base, size_t row_bytes, const float* x, i
   for (int64_t r = r0; r < r1; r += R)
     run_tile<SmallBatchTile<Tr, D>, R, T>(int(min_i64(R, r1 - r)), int(n),
                                           {base + size_t(r) * row_bytes, row_bytes, x, cols, 0,
-                                           cols, y + r, ldy, false, Tr::kPrefetch});
+                                           cols, y + r, ldy, false, Tr::kPrefetch,
+                                           next_tile_rows(r, r1, R)});
 }
 
 template <class Tr, DType D>
@@ -291,7 +308,7 @@ void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* 
     for (int64_t r = r0; r < r1; r += R)
       run_tile<Tile, R, 1>(int(min_i64(R, r1 - r)), 1,
                            {base + size_t(r) * row_bytes, row_bytes, x, cols, 0, cols, y + r, ldy,
-                            false, Tr::kPrefetch});
+                            false, Tr::kPrefetch, next_tile_rows(r, r1, R)});
     return;
   }
 

@@ -88,6 +88,13 @@ struct Avx2QuantTraits : Avx2Traits {
   static VI load_i(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
   static V scales_window(const RowGroups& rg, int64_t g, int count) {
+    // A whole window is one load (and a widening for bf16): per block of the W4A8 kernel, where
+    // the scalar fill below measured as the kernel's bottleneck. Only a row's last windows fill.
+    if (count == 8) {
+      if (rg.f32) return _mm256_loadu_ps(reinterpret_cast<const float*>(rg.scales + g * 4));
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rg.scales + g * 2));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
     alignas(32) float buf[8] = {};
     for (int i = 0; i < count; ++i) buf[i] = rg.scale(g + i);
     return _mm256_load_ps(buf);

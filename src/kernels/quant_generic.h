@@ -28,6 +28,7 @@
 //
 // Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
 // can be merged into code that runs on a CPU without it; no out-of-line library code is used.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -49,6 +50,7 @@ struct QuantCtx {
   const QuantInput* in;
   int64_t r0, t0;  // first row and token of the tile
   bool prefetch;
+  int next_rows = 0;  // GEMV: rows of the next tile of this call, to prefetch (prefetch_ahead)
 };
 
 inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
@@ -98,10 +100,18 @@ inline void zero_tile(V (&a)[R][T]) {
     for (int t = 0; t < T; ++t) a[r][t] = Tr::zero();
 }
 
+// Prefetches each row's line kQuantPrefetchAhead bytes past pos (end: the row's byte length).
+// Past the rows' ends, the same line of the next tile's rows when the GEMV has `next_rows` more
+// (rows are contiguous): an expert's down projection has rows of 1 KiB in INT4, which would
+// otherwise start every tile from DRAM.
 template <int R>
-inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end) {
-  if (pos + kQuantPrefetchAhead < end)
-    for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + pos + kQuantPrefetchAhead, 0, 3);
+inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end, int next_rows) {
+  const int64_t at = pos + kQuantPrefetchAhead;
+  if (at < end) {
+    for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + at, 0, 3);
+  } else if (at - end < end) {
+    for (int r = 0; r < next_rows; ++r) __builtin_prefetch(rows[r] + R * end + (at - end), 0, 3);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,7 +139,7 @@ void int4_f32_tile(const QuantCtx& c, float* y) {
     const int64_t k1 = (g + 1) * G;
     for (int64_t k = g * G; k < k1; k += 2 * L) {
       const int64_t byte = k / 2;
-      if (c.prefetch && byte % 64 == 0) prefetch_ahead<R>(rows, byte, row_end);
+      if (c.prefetch && byte % 64 == 0) prefetch_ahead<R>(rows, byte, row_end, c.next_rows);
       const int nbytes = int(qmin(L, (k1 - k) / 2));
       V xe[T], xo[T];
       for (int t = 0; t < T; ++t) {
@@ -177,7 +187,7 @@ void int4_f32_words_tile(const QuantCtx& c, float* y) {
   zero_tile<Tr>(total);
   const auto block = [&](int64_t b) {
     const int64_t byte = b * 64;
-    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes);
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
     VI v[R];
     for (int r = 0; r < R; ++r)
       v[r] = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
@@ -248,7 +258,7 @@ void int4_f32_words8_tile(const QuantCtx& c, float* y) {
   int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t byte = b * 32;
-    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes);
+    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
     if constexpr (!kPair) {
       if (left == 0) {
         ++g;
@@ -305,7 +315,7 @@ void int8_f32_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) s[r] = Tr::set1(rg[r].scale(g));
     const int64_t k1 = (g + 1) * G;
     for (int64_t k = g * G; k < k1; k += L) {
-      if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols);
+      if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols, c.next_rows);
       const int len = int(qmin(L, k1 - k));
       V xv[T];
       for (int t = 0; t < T; ++t) xv[t] = len == L ? Tr::load_x(xs[t] + k) : Tr::load_x_tail(xs[t] + k, len);
@@ -370,7 +380,7 @@ void int_tile(const QuantCtx& c, float* y) {
   };
   const auto block = [&](int64_t b, auto load_w) {
     const int64_t byte = b * kBlockBytes;
-    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes);
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
     if constexpr (kInt4) {
       for (int t = 0; t < T; ++t) nsum[t] = Tr::iadd(nsum[t], Tr::load_i(ns[t] + b * L));
       for (int r = 0; r < R; ++r) {
@@ -531,7 +541,8 @@ void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, in
     // Decode GEMV: 4 rows share every x load; each row is one prefetched sequential stream.
     constexpr int R = 4;
     for (int64_t r = r0; r < r1; r += R)
-      run_q_tile<Tr, R, 1>(int(qmin(R, r1 - r)), 1, QuantCtx{&w, &in, r, 0, true}, y);
+      run_q_tile<Tr, R, 1>(int(qmin(R, r1 - r)), 1,
+                           QuantCtx{&w, &in, r, 0, true, int(std::clamp<int64_t>(r1 - r - R, 0, R))}, y);
     return;
   }
   // Prefill GEMM: a chunk of rows is swept by every token block while it stays in L2, and each
