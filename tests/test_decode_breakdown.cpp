@@ -129,6 +129,21 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
 }
 
+// Prefill FLOPs: every active matrix per prompt token, except lm_head, run for the last token only.
+TEST_F(DecodeBreakdownTest, PrefillFlopsCountTheLmHeadOnce) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 16;
+  o.output_len = 2;
+  o.iterations = 1;
+  o.measure_limits = false;
+  const LatencyResult r = run_latency_bench(m, o);
+  const double head = double(m.weights().lm_head.rows * m.weights().lm_head.cols);
+  const double active = double(m.weights().active_params_per_token);
+  EXPECT_DOUBLE_EQ(r.prefill_flops_per_token, 2 * (active - head) + 2 * head / 16);
+  EXPECT_LT(r.prefill_flops_per_token, 2 * active);
+}
+
 // Decode steps of several sequences: weights are read once a step, KV rows and (the expected
 // union of) routed experts per sequence, and the extrapolation is per token.
 TEST_F(DecodeBreakdownTest, BatchedSteps) {

@@ -42,7 +42,7 @@ struct LatencyResult {
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
   double decode_bytes_per_token = 0;   // weights + mean KV read
   double kv_bytes_per_token = 0;       // cached bytes per token (all layers) in the variant's KV dtype
-  double prefill_flops_per_token = 0;  // 2 x active parameters (matmuls only)
+  double prefill_flops_per_token = 0;  // 2 x active parameters, lm_head once per prompt (matmuls only)
   double read_bandwidth = 0;           // bytes/s, measured
   double matmul_peak_flops = 0;        // FLOP/s, measured
   double decode_roofline_fraction = 0;
