@@ -27,7 +27,6 @@
 // Everything is in an anonymous namespace on purpose: instantiations then have internal linkage,
 // so the linker can never fold an AVX-512 copy of a function into code that runs on a CPU
 // without AVX-512. For the same reason this header uses no out-of-line standard-library code.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -274,7 +273,10 @@ void run_tile(int rows, int tokens, const TileArgs& a) {
 }
 
 // Rows of the tile after a full tile of R rows at r, within [.., r1): what it may prefetch.
-inline int next_tile_rows(int64_t r, int64_t r1, int R) { return int(std::clamp<int64_t>(r1 - r - R, 0, R)); }
+inline int next_tile_rows(int64_t r, int64_t r1, int R) {
+  const int64_t left = r1 - r - R;
+  return left <= 0 ? 0 : int(min_i64(left, R));
+}
 
 // Rows [r0, r1) of the few-token path (see matmul_rows_typed): R x T tiles over whole rows;
 // the caller keeps n <= T, so every weight vector is loaded and converted once.

@@ -28,7 +28,6 @@
 //
 // Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
 // can be merged into code that runs on a CPU without it; no out-of-line library code is used.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -542,7 +541,7 @@ void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, in
     constexpr int R = 4;
     for (int64_t r = r0; r < r1; r += R)
       run_q_tile<Tr, R, 1>(int(qmin(R, r1 - r)), 1,
-                           QuantCtx{&w, &in, r, 0, true, int(std::clamp<int64_t>(r1 - r - R, 0, R))}, y);
+                           QuantCtx{&w, &in, r, 0, true, int(r1 - r - R <= 0 ? 0 : qmin(r1 - r - R, R))}, y);
     return;
   }
   // Prefill GEMM: a chunk of rows is swept by every token block while it stays in L2, and each
