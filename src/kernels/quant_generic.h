@@ -409,12 +409,26 @@ void int_tile(const QuantCtx& c, float* y) {
     }
   };
   // Segment end: zero-point / offset corrections, then scale and add.
+  // kPerBlock: each row's scales of groups [w0, w0 + L), loaded when a block starts a window
+  // (blocks hold whole power-of-two shares of it) and permuted to each block's lanes.
+  V window[R];
+  for (int r = 0; r < R; ++r) window[r] = Tr::zero();
   const auto finish = [&](int64_t g0) {
     const int count = int(qmin(L, groups - g0));
+    VI block_idx = idx;
+    if constexpr (kPerBlock) {
+      if (g0 % L == 0)
+        for (int r = 0; r < R; ++r) window[r] = Tr::scales_window(rg[r], g0, count);
+      else
+        block_idx = Tr::iadd(idx, Tr::iset1(int(g0 % L)));
+    }
+    VI corr[T];  // symmetric int4: the zero point 8 times each token's negated input sums
+    if constexpr (kInt4 && !kAsym)
+      for (int t = 0; t < T; ++t) corr[t] = Tr::template slli<3>(nsum[t]);
     for (int r = 0; r < R; ++r) {
       V svec;
       if constexpr (kPerBlock)
-        svec = Tr::permute(Tr::scales_window(rg[r], g0, count), idx);
+        svec = Tr::permute(window[r], block_idx);
       else
         svec = Tr::set1(rg[r].scale(g0));
       VI zvec = Tr::iset1(8);
@@ -430,7 +444,7 @@ void int_tile(const QuantCtx& c, float* y) {
           if constexpr (kAsym)
             a = Tr::iadd(a, Tr::mullo(nsum[t], zvec));
           else
-            a = Tr::iadd(a, Tr::template slli<3>(nsum[t]));
+            a = Tr::iadd(a, corr[t]);
         } else if constexpr (Tr::kVnni) {
           a = Tr::isub(a, Tr::template slli<7>(wsum[r]));
         }
