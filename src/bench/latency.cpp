@@ -258,9 +258,20 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     next[size_t(b)] = argmax(forward_sequence(model, prompt, caches.back()).data());
   }
   PhaseTimes times;
-  model.set_phase_times(&times);
-  model.pool().set_region_timing(true);
-  try {
+  RegionTimes regions;
+  {
+    // Both timers are attached for the timed steps only, and detached however they end.
+    struct Timed {
+      Model& model;
+      Timed(Model& m, PhaseTimes& t) : model(m) {
+        model.set_phase_times(&t);
+        model.pool().set_region_timing(true);
+      }
+      ~Timed() {
+        model.set_phase_times(nullptr);
+        model.pool().set_region_timing(false);
+      }
+    } timed(model, times);
     for (int64_t step = 0; step < o.output_len; ++step) {
       ForwardBatch fb;
       for (int64_t b = 0; b < batch; ++b)
@@ -271,14 +282,8 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
         next[size_t(b)] = argmax(&r.logits[size_t(b * c.vocab_size)]);
       }
     }
-  } catch (...) {
-    model.set_phase_times(nullptr);
-    model.pool().set_region_timing(false);
-    throw;
+    regions = model.pool().region_times();
   }
-  model.set_phase_times(nullptr);
-  const RegionTimes regions = model.pool().region_times();
-  model.pool().set_region_timing(false);
 
   DecodeBreakdown b;
   b.threads = model.num_threads();
