@@ -436,6 +436,38 @@ TEST_F(KvTransferTest, HandshakeMismatchIsAClearErrorAndTheProducerStillReleases
   EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
 }
 
+TEST_F(KvTransferTest, ARefusedHandshakeEndsTheHoldItNamedWithoutARelease) {
+  using namespace kvtransfer;
+  Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));
+  const auto tokens = prompt(6, 13);
+  const KvTransferParams a = prefill(p, "a", tokens), b = prefill(p, "b", tokens);
+  ASSERT_EQ(ucx(p).held().size(), 2);
+  UcxWorker w;
+  const Deadline deadline = SteadyClock::now() + std::chrono::seconds(10);
+  const auto hello = [&](const KvStorage& kv, const KvTransferParams& params, const std::string& engine_id) {
+    auto ep = UcxEndpoint::connect(w, "127.0.0.1", ucx(p).port());
+    send_message(*ep,
+                 MsgType::Hello,
+                 {{"version", kProtocolVersion},
+                  {"desc", desc_to_json(kv.block_desc())},
+                  {"model", model_identity(model_->config())},
+                  {"remote_request_id", params.remote_request_id},
+                  {"remote_engine_id", engine_id}},
+                 deadline);
+    return recv_message(*ep, MsgType::Welcome, deadline);
+  };
+  // A different KV cache dtype: refused, and the hold of "a" ends with no RELEASE sent.
+  const nlohmann::json refused = hello(KvStorage(model_->config(), 1, 4, KvCacheDtype::Float32), a, a.remote_engine_id);
+  EXPECT_FALSE(refused.value("ok", true));
+  EXPECT_EQ(ucx(p).held().size(), 1);
+  // The wrong producer (another engine id): refused by the producer itself, "b" released.
+  const nlohmann::json other = hello(KvStorage(model_->config(), 1, 4, KvCacheDtype::BFloat16), b, "someone-else");
+  EXPECT_FALSE(other.value("ok", true));
+  EXPECT_NE(other.value("error", std::string()).find("not remote_engine_id 'someone-else'"), std::string::npos)
+      << other.dump();
+  EXPECT_TRUE(drains(p, std::chrono::seconds(5)));
+}
+
 TEST_F(KvTransferTest, AHostilePeerIsRefusedAndTheProducerKeepsServing) {
   using namespace kvtransfer;
   Engine& p = engine(config(KvCacheDtype::BFloat16, role_json("kv_producer")));

@@ -1,9 +1,12 @@
 #pragma once
 // The KV transfer protocol between a consumer (decode instance) and a producer (prefill
 // instance), over one UCX stream connection the consumer opens:
-//   HELLO   c->s  {version, desc: the consumer's KvBlockDesc, model: identity hash}
-//   WELCOME s->c  {ok, error, engine_id}: the producer compares block size, dtype/row layout and
-//                 model identity with its own; a mismatch answers ok=false with what differs
+//   HELLO   c->s  {version, desc: the consumer's KvBlockDesc, model: identity hash,
+//                 remote_request_id, remote_engine_id: of the load that opens the connection}
+//   WELCOME s->c  {ok, error, engine_id}: the producer compares block size, dtype/row layout,
+//                 model identity and (when given) its engine id with the consumer's; a mismatch
+//                 answers ok=false with what differs and ends the hold of remote_request_id (the
+//                 consumer will not pull it, and a RELEASE racing the connection's close may be lost)
 //   PULL    c->s  {remote_request_id, block_ids}: only blocks held for that request are served
 //   BLOCKS  s->c  {ok, error, block_bytes, count}, then (ok) count * block_bytes raw bytes in
 //                 KvStorage::read_block's layout; the producer releases the hold after sending

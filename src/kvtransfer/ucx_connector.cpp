@@ -145,11 +145,17 @@ void UcxKvConnector::producer_loop(std::promise<int>* ready) {
                   std::to_string(kProtocolVersion) + ")";
         } else if (body.value("model", uint64_t(0)) != model_id_) {
           error = "the models differ (the consumer's config is not this producer's)";
+        } else if (const std::string want = body.value("remote_engine_id", std::string());
+                   !want.empty() && want != config_.engine_id) {
+          error = "this producer is engine '" + config_.engine_id + "', not remote_engine_id '" + want + "'";
         } else {
           const std::string diff = describe_mismatch(desc_, desc_from_json(body.at("desc")));
           if (!diff.empty()) error = "the KV caches differ: " + diff;
         }
         c.welcomed = error.empty();
+        // A refused consumer cannot pull the load it connected for: end that hold here rather
+        // than trust its RELEASE, which can be lost when it closes the connection right after.
+        if (!c.welcomed && held_.release(body.value("remote_request_id", std::string()))) wake();
         send_message(*c.ep, MsgType::Welcome, {{"ok", c.welcomed}, {"error", error}, {"engine_id", config_.engine_id}},
                      deadline);
         break;
@@ -261,7 +267,12 @@ void UcxKvConnector::consumer_loop() {
         auto fresh = UcxEndpoint::connect(*worker, job.remote.remote_host, int(job.remote.remote_port));
         ep = fresh.get();
         conns[key] = std::move(fresh);
-        send_message(*ep, MsgType::Hello, {{"version", kProtocolVersion}, {"desc", desc_to_json(desc_)}, {"model", model_id_}},
+        send_message(*ep, MsgType::Hello,
+                     {{"version", kProtocolVersion},
+                      {"desc", desc_to_json(desc_)},
+                      {"model", model_id_},
+                      {"remote_request_id", job.remote.remote_request_id},
+                      {"remote_engine_id", job.remote.remote_engine_id}},
                      deadline);
         const json w = recv_message(*ep, MsgType::Welcome, deadline);
         if (!w.value("ok", false)) {
