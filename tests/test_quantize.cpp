@@ -239,6 +239,15 @@ TEST(Quantize, ActivationRowRoundsHalfToEven) {
   const float bad[2] = {1.0f, std::numeric_limits<float>::infinity()};
   EXPECT_TRUE(std::isnan(quantize_activation_row(bad, 2, q)));
   EXPECT_EQ(q[1], 0);
+  // A long row (the vectorised loops and their tails): ties everywhere, a NaN at the end.
+  std::vector<float> ties(203);
+  for (size_t i = 0; i < ties.size(); ++i) ties[i] = float(int(i % 101) - 50) + 0.5f;
+  ties[7] = -127.0f;
+  std::vector<int8_t> tq(ties.size());
+  EXPECT_EQ(quantize_activation_row(ties.data(), int64_t(ties.size()), tq.data()), 1.0f);
+  for (size_t i = 0; i < ties.size(); ++i) EXPECT_EQ(tq[i], int8_t(std::nearbyint(ties[i]))) << i;
+  ties.back() = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(quantize_activation_row(ties.data(), int64_t(ties.size()), tq.data())));
 }
 
 }  // namespace

@@ -100,6 +100,20 @@ namespace {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// Per chunk of `chunk` elements (cols even): its even elements, then its odd ones, at
+// dst[c .. c + chunk); a partial last chunk keeps the full chunk's halves (zero-filled by the caller).
+template <class T>
+void split_even_odd(const T* src, int64_t cols, int64_t chunk, T* dst) {
+  const int64_t half = chunk / 2;
+  for (int64_t c = 0; c < cols; c += chunk) {
+    const int64_t pairs = std::min(chunk, cols - c) / 2;
+    for (int64_t j = 0; j < pairs; ++j) {
+      dst[c + j] = src[c + 2 * j];
+      dst[c + half + j] = src[c + 2 * j + 1];
+    }
+  }
+}
+
 }  // namespace
 
 void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatrix& w,
@@ -152,14 +166,8 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
     in.ldxf = round_up(cols, chunk);
     out.xf.assign(size_t(n * in.ldxf), 0.0f);
     pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        const float* src = x + t * cols;
-        float* dst = out.xf.data() + t * in.ldxf;
-        for (int64_t i = 0; i < cols; ++i) {
-          const int64_t c = i / chunk * chunk, j = i - c;
-          dst[c + (j % 2) * L + j / 2] = src[i];
-        }
-      }
+      for (int64_t t = t0; t < t1; ++t)
+        split_even_odd(x + t * cols, cols, chunk, out.xf.data() + t * in.ldxf);
     });
     in.xf = out.xf.data();
     return;
@@ -182,11 +190,7 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
       int8_t* dst = out.xq.data() + t * in.ldxq;
       out.xscale[size_t(t)] = quantize_activation_row(x + t * cols, cols, split ? q.data() : dst);
       if (split) {
-        const int64_t half = block / 2;
-        for (int64_t i = 0; i < cols; ++i) {
-          const int64_t b = i / block * block, j = i - b;
-          dst[b + (j % 2) * half + j / 2] = q[size_t(i)];
-        }
+        split_even_odd(q.data(), cols, block, dst);
         int32_t* s = out.negsum.data() + t * in.ldsum;
         for (int64_t i = 0; i < cols; ++i) s[i / 8] -= q[size_t(i)];
       } else if (offset) {

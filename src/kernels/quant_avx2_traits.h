@@ -86,6 +86,8 @@ struct Avx2QuantTraits : Avx2Traits {
   static VI slli(VI a) { return _mm256_slli_epi32(a, N); }
   static VI mullo(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
   static VI load_i(const int32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  // Within each 128-bit half: a's pair sums, then b's (int4_int8_super_tile's folds).
+  static VI hadd_i(VI a, VI b) { return _mm256_hadd_epi32(a, b); }
 
   static V scales_window(const RowGroups& rg, int64_t g, int count) {
     // A whole window is one load (and a widening for bf16): per block of the W4A8 kernel, where
