@@ -277,11 +277,11 @@ void add_per_isa(benchmark::internal::Benchmark* b, std::initializer_list<std::v
 // of `small` (its lm_head has rows of 1024 inputs, its experts' down projections 512).
 void gemv_args(benchmark::internal::Benchmark* b) {
   add_per_isa(b, {{2048, 7168, 1}, {7168, 2048, 1}, {4096, 4096, 1}, {2048, 7168, 0}, {7168, 2048, 0},
-                  {8192, 1024, 1}, {16384, 512, 1}});
+                  {8192, 1024, 1}, {16384, 512, 1}, {512, 1024, 1}, {1024, 512, 1}});
   b->Args({7168, 2048, 1, kScalar});
 }
 void quant_args(benchmark::internal::Benchmark* b) {
-  add_per_isa(b, {{2048, 7168, 1, 1, kW4A16},
+  add_per_isa(b, {{256, 2048, 1, 0, kW4A16}, {256, 2048, 1, 0, kW4A8}, {256, 2048, 1, 0, kW8A8},{2048, 7168, 1, 1, kW4A16},
                   {7168, 2048, 1, 1, kW4A16},
                   {2048, 7168, 1, 1, kW4A16Zp8},
                   {7168, 2048, 1, 1, kW4A16Zp8},
