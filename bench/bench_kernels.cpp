@@ -304,7 +304,7 @@ void gemm_args(benchmark::internal::Benchmark* b) {
 // n = 1, 2, 4, 8 tokens.
 void small_batch_args(benchmark::internal::Benchmark* b) {
   for (const int64_t n : {1, 2, 4, 8})
-    add_per_isa(b, {{2048, 7168, n, 1}, {4352, 192, n, 0}, {512, 192, n, 0}});
+    add_per_isa(b, {{2048, 7168, n, 1}, {8192, 1024, n, 1}, {4352, 192, n, 0}, {512, 192, n, 0}});
 }
 
 BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();

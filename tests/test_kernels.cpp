@@ -152,6 +152,15 @@ TEST_P(KernelsIsa, MatmulSmallBatchShapes) {
       if (HasFatalFailure()) return;
     }
   }
+  // Short rows (<= 2 KiB) of a matrix of >= 1 MiB: one token and two run row by row (odd rows,
+  // a ragged row length after the unrolled loop).
+  for (const auto& [dt, cols] : {std::pair{DType::BF16, int64_t(1021)}, std::pair{DType::F32, int64_t(509)}}) {
+    const TestWeights w = make_weights(dt, 1031, cols, rng);
+    for (int64_t n = 1; n <= 2; ++n) {
+      check_matmul(pool, isa(), w, n, rng);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST_P(KernelsIsa, MatmulBigShapes) {
