@@ -93,6 +93,16 @@ inline void locate_rows(const WeightMatrix& w, int64_t r0, const uint8_t* (&rows
   }
 }
 
+// The int8 activations (and, for int4 weights, their negated sums) of the tile's tokens.
+template <int T>
+inline void locate_tokens(const QuantInput& in, int64_t t0, bool int4, const int8_t* (&xs)[T],
+                          const int32_t* (&ns)[T]) {
+  for (int t = 0; t < T; ++t) {
+    xs[t] = in.xq + (t0 + t) * in.ldxq;
+    ns[t] = int4 ? in.negsum + (t0 + t) * in.ldsum : nullptr;
+  }
+}
+
 template <class Tr, class V, int R, int T>
 inline void zero_tile(V (&a)[R][T]) {
   for (int r = 0; r < R; ++r)
@@ -361,10 +371,7 @@ void int_tile(const QuantCtx& c, float* y) {
   locate_rows<R>(w, c.r0, rows, rg);
   const int8_t* xs[T];
   const int32_t* ns[T];
-  for (int t = 0; t < T; ++t) {
-    xs[t] = in.xq + (c.t0 + t) * in.ldxq;
-    ns[t] = kInt4 ? in.negsum + (c.t0 + t) * in.ldsum : nullptr;
-  }
+  locate_tokens<T>(in, c.t0, kInt4, xs, ns);
   V total[R][T];
   zero_tile<Tr>(total);
   VI acc[R][T], wsum[R], nsum[T];
@@ -484,7 +491,8 @@ void int_tile(const QuantCtx& c, float* y) {
 }
 
 // Int4Group (symmetric, groups of 32) x int8 per token with 8 lanes (AVX2), rows a multiple of
-// 256 inputs: the release layout's routed experts. int_tile scales every 64-input block (two
+// 256 inputs: the release's routed experts run with int8 activations (the w4a8 preset, or
+// `--quantization w4a8` over the INT4 checkpoint). int_tile scales every 64-input block (two
 // groups) on its own: a permute, a conversion and an FMA per block and row, which cost more
 // than the block's integer dot products. Here a super-block of 4 blocks (8 groups) keeps each
 // block's int32 sums apart, folds them with 3 horizontal adds into one vector of the 8 groups'
@@ -512,10 +520,7 @@ void int4_int8_super_tile(const QuantCtx& c, float* y) {
   locate_rows<R>(w, c.r0, rows, rg);
   const int8_t* xs[T];
   const int32_t* ns[T];
-  for (int t = 0; t < T; ++t) {
-    xs[t] = in.xq + (c.t0 + t) * in.ldxq;
-    ns[t] = in.negsum + (c.t0 + t) * in.ldsum;
-  }
+  locate_tokens<T>(in, c.t0, true, xs, ns);
   V total[R][T];
   zero_tile<Tr>(total);
   for (int64_t s = 0; s < supers; ++s) {
