@@ -50,7 +50,7 @@ ThreadPool::~ThreadPool() {
   workers_.clear();
 }
 
-void ThreadPool::work_on_current_job() {
+void ThreadPool::take_chunks() {
   // Guided scheduling: each chunk is a share of what is left (half a thread's share), down to
   // chunk_, so the first chunks are large and the last small: the threads finish close together
   // (equal fixed chunks left up to a chunk's time of one thread waiting at the end of every
@@ -81,9 +81,10 @@ int64_t now_ns() {
 }
 }  // namespace
 
-void ThreadPool::timed_work_on_current_job() {
+void ThreadPool::work_on_current_job() {
+  if (!timing_) return take_chunks();
   const int64_t t0 = now_ns();
-  work_on_current_job();
+  take_chunks();
   busy_ns_.fetch_add(now_ns() - t0, std::memory_order_relaxed);
 }
 
@@ -111,10 +112,7 @@ void ThreadPool::worker_loop() {
     if (stop_.load()) return;
     seen = generation_.load();
     // timing_ was written before generation_ was bumped, as the job's fields were.
-    if (timing_)
-      timed_work_on_current_job();
-    else
-      work_on_current_job();
+    work_on_current_job();
     if (active_.fetch_sub(1) == 1 && caller_sleeps_.load()) {
       std::lock_guard lock(mu_);
       cv_done_.notify_one();
@@ -136,7 +134,7 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
     std::atomic<bool>& busy;
     ~BusyGuard() { busy.store(false, std::memory_order_release); }
   } guard{busy_};
-  // The smallest chunk: a sixteenth of a thread's share (see work_on_current_job).
+  // The smallest chunk: a sixteenth of a thread's share (see take_chunks).
   const int64_t chunk = std::max(grain, (n + 16 * threads - 1) / (16 * threads));
   // No worker reads the job's fields now: each finished the last job before it decremented
   // active_, and none starts before generation_ changes.
@@ -152,10 +150,7 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
     std::lock_guard lock(mu_);
     cv_start_.notify_all();
   }
-  if (timing_)
-    timed_work_on_current_job();
-  else
-    work_on_current_job();
+  work_on_current_job();
   const auto done = [&] { return active_.load() == 0; };
   if (!spin_until(done)) {
     std::unique_lock lock(mu_);

@@ -60,8 +60,8 @@ class ThreadPool {
   using ChunkFn = void (*)(void*, int64_t, int64_t);
   void run(int64_t n, int64_t grain, ChunkFn fn, void* ctx);
   void worker_loop();
-  void work_on_current_job();
-  void timed_work_on_current_job();
+  void work_on_current_job();  // take_chunks, timed when region timing is on
+  void take_chunks();
 
   std::vector<std::jthread> workers_;  // joined first thing in the destructor
   // The sleeping side of the hand-offs. A thread announces that it sleeps (sleepers_ /
