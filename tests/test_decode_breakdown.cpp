@@ -93,7 +93,9 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   for (const auto& row : b.seconds)
     for (double s : row) named += s;
   EXPECT_NEAR(named + b.other_seconds, b.step_seconds, 1e-9);
-  EXPECT_GT(named, 0.9 * b.step_seconds);
+  // As in PhasesSumToTheStepTime: the unnamed rest is a few percent in Release, up to a fifth under
+  // ASan, more when the machine is loaded (CI saw 88 %).
+  EXPECT_GT(named, 0.6 * b.step_seconds);
   // Bytes: top-k of the layer's experts, the full router, the lm_head.
   const MoeWeights& moe = *m.weights().layers[1].moe;
   const size_t expert = moe.experts[0].gate.bytes() + moe.experts[0].up.bytes() + moe.experts[0].down.bytes();
