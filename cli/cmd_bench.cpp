@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -107,10 +108,18 @@ int run_latency(int argc, char** argv) {
     Model model(a.require("model"), mo);
     std::vector<LatencyVariant> variants;
     variants.push_back({"plain", &model, {}, parse_kv_cache_dtype(kv_dtypes[0]), {}});
+    // Drafts of the same method are told apart by their directory's name.
+    bool several_drafts = false;
+    for (const spec::SpeculativeConfig& x : speculative)
+      for (const spec::SpeculativeConfig& y : speculative) several_drafts |= x.method == y.method && x.model != y.model;
     for (const spec::SpeculativeConfig& sc : speculative) {
       spec::check_against_target(sc, model.config());
-      variants.push_back({std::string(spec::method_name(sc.method)) + " k=" + std::to_string(sc.num_speculative_tokens),
-                          &model, {}, variants[0].kv_cache_dtype, sc});
+      std::string label = std::string(spec::method_name(sc.method)) + " k=" + std::to_string(sc.num_speculative_tokens);
+      if (several_drafts && !sc.model.empty()) {
+        const std::filesystem::path dir = sc.model.filename().empty() ? sc.model.parent_path() : sc.model;
+        label += " " + dir.filename().string();
+      }
+      variants.push_back({label, &model, {}, variants[0].kv_cache_dtype, sc});
     }
     run_latency_comparison(variants, o);
     std::fputs(format_latency_comparison(variants, o).c_str(), stdout);

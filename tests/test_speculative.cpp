@@ -75,8 +75,8 @@ class SpeculativeTest : public ::testing::Test {
 const char* kNgram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
 // The trained Eagle3 draft of mini (models/mini-eagle3), k drafts per step.
-std::string eagle3(int k = 3) {
-  const auto draft = test::mini_model_dir().parent_path() / "mini-eagle3";
+std::string eagle3(int k = 3, const char* name = "mini-eagle3") {
+  const auto draft = test::mini_model_dir().parent_path() / name;
   return R"({"method":"eagle3","model":")" + draft.string() + R"(","num_speculative_tokens":)" + std::to_string(k) + "}";
 }
 
@@ -132,6 +132,25 @@ TEST_F(SpeculativeTest, GreedyEagle3EqualsPlainAloneAndBatched) {
   EXPECT_EQ(run(tight, shared, greedy(32)), want_shared) << "again, with the prefix cache warm";
   EXPECT_GT(tight.stats().preemptions, 0);
   EXPECT_GT(tight.stats().prefix_hits, 0);
+}
+
+// models/mini-eagle3-fr1024 is mini-eagle3 with the lm_head rows of the target's 1024 most
+// frequent tokens only (reference/prune_draft_vocab.py: d2t, t2d, the target's embedding shared).
+// Its proposals are the full draft's whenever the full draft's choice is among them, so it must
+// keep nearly all of the full draft's accepted tokens; a wrong d2t offset or row order loses them.
+TEST_F(SpeculativeTest, TheFrequencyPrunedDraftKeepsTheFullDraftsAcceptance) {
+  const auto ps = prompts();
+  Engine plain(*model_, nullptr, config(""));
+  const auto want = run(plain, ps, greedy(40));
+  Engine full(*model_, nullptr, config(eagle3(3)));
+  EXPECT_EQ(run(full, ps, greedy(40)), want);
+  Engine pruned(*model_, nullptr, config(eagle3(3, "mini-eagle3-fr1024")));
+  EXPECT_EQ(run(pruned, ps, greedy(40)), want);
+  const EngineStats f = full.stats(), p = pruned.stats();
+  EXPECT_GT(f.spec_accepted_tokens, 20) << "the full draft is accepted too rarely for a comparison";
+  EXPECT_GE(double(p.spec_accepted_tokens), 0.9 * double(f.spec_accepted_tokens))
+      << "pruned " << p.spec_accepted_tokens << " of " << p.spec_draft_tokens << ", full " << f.spec_accepted_tokens
+      << " of " << f.spec_draft_tokens;
 }
 
 TEST_F(SpeculativeTest, ADraftThatDoesNotFitIsAClearError) {

@@ -148,20 +148,22 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   std::string out;
   char line[512];
   const LatencyResult& base = variants[0].result;
+  int w = 16;  // the label column, as wide as the longest label
+  for (const LatencyVariant& v : variants) w = std::max(w, int(v.label.size()));
   std::snprintf(line, sizeof line,
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
                 "measured read bandwidth %.2f GB/s, matmul peak %.2f GFLOP/s\n\n"
-                "%-16s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
+                "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
                 variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
-                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, "variant", "MB/token", "fewer", "KV B/token",
+                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, w, "variant", "MB/token", "fewer", "KV B/token",
                 "KV", "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
   out += line;
   for (const LatencyVariant& v : variants) {
     const LatencyResult& r = v.result;
     const double mb = double(v.model->weights().active_bytes_per_token) / 1e6;
     const double base_mb = double(variants[0].model->weights().active_bytes_per_token) / 1e6;
-    std::snprintf(line, sizeof line, "%-16s %10.1f %7.2fx %10.0f %7.3fx %12.1f %7.2fx %9.1f%% %12.1f %7.2fx %9.1f%%\n",
-                  v.label.c_str(), mb, base_mb / mb, r.kv_bytes_per_token, r.kv_bytes_per_token / base.kv_bytes_per_token,
+    std::snprintf(line, sizeof line, "%-*s %10.1f %7.2fx %10.0f %7.3fx %12.1f %7.2fx %9.1f%% %12.1f %7.2fx %9.1f%%\n",
+                  w, v.label.c_str(), mb, base_mb / mb, r.kv_bytes_per_token, r.kv_bytes_per_token / base.kv_bytes_per_token,
                   r.decode_tokens_per_s,
                   r.decode_tokens_per_s / base.decode_tokens_per_s, 100.0 * r.decode_roofline_fraction,
                   r.prefill_tokens_per_s, r.prefill_tokens_per_s / base.prefill_tokens_per_s,
@@ -173,15 +175,15 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
            std::string(kv_cache_dtype_name(v.kv_cache_dtype)) + "\n";
   if (std::any_of(variants.begin(), variants.end(), [](const LatencyVariant& v) { return v.speculative.enabled(); })) {
     out += "\nspeculative decoding (step times: medians, alone, at the prompt's context)\n";
-    std::snprintf(line, sizeof line, "%-16s %3s %7s %9s %10s %11s %11s %10s %12s %10s %9s\n", "variant", "k", "drafts",
+    std::snprintf(line, sizeof line, "%-*s %3s %7s %9s %10s %11s %11s %10s %12s %10s %9s\n", w, "variant", "k", "drafts",
                   "accepted", "accept len", "plain ms", "verify ms", "draft ms", "predicted/s", "decode/s", "meas/pred");
     out += line;
     for (const LatencyVariant& v : variants) {
       if (!v.speculative.enabled()) continue;
       const SpeculativeFigures& f = v.result.speculative;
       const double predicted = double(o.output_len) / f.predicted_decode_seconds;
-      std::snprintf(line, sizeof line, "%-16s %3lld %7lld %9lld %10.2f %11.3f %11.3f %10.3f %12.1f %10.1f %8.2fx\n",
-                    v.label.c_str(), (long long)f.k, (long long)f.drafts, (long long)f.accepted, f.acceptance_length,
+      std::snprintf(line, sizeof line, "%-*s %3lld %7lld %9lld %10.2f %11.3f %11.3f %10.3f %12.1f %10.1f %8.2fx\n",
+                    w, v.label.c_str(), (long long)f.k, (long long)f.drafts, (long long)f.accepted, f.acceptance_length,
                     1e3 * f.plain_step_seconds, 1e3 * f.verify_step_seconds, 1e3 * f.draft_step_seconds, predicted,
                     v.result.decode_tokens_per_s, v.result.decode_tokens_per_s / predicted);
       out += line;
