@@ -81,9 +81,10 @@ class Eagle3DraftMini : public ::testing::Test {
   int64_t vocab() const { return model_->config().vocab_size; }
   int64_t n() const { return int64_t(prompt_.size()); }
 
-  std::unique_ptr<Eagle3Proposer> proposer(const std::filesystem::path& dir, const WeightMatrix* embed = nullptr) {
+  std::unique_ptr<Eagle3Proposer> proposer(const std::filesystem::path& dir, const WeightMatrix* embed = nullptr,
+                                           KvCacheDtype kv = KvCacheDtype::Float32) {
     return std::make_unique<Eagle3Proposer>(dir, model_->config(), model_->pool(),
-                                            Eagle3ProposerOptions{kNumBlocks, kBlockSize, embed});
+                                            Eagle3ProposerOptions{kNumBlocks, kBlockSize, embed, kv});
   }
   ProposeRequest request(std::span<const float> capture, int64_t first, int64_t count, int64_t num_drafts) const {
     return {.request_id = "r",
@@ -187,6 +188,31 @@ TEST_F(Eagle3DraftMini, GoldenCaptureGivesGoldenLogitsAndDrafts) {
   auto again = proposer(draft_dir_);
   EXPECT_EQ(propose_one(*again, request(capture_, 0, n(), 2)), std::vector<int32_t>(drafts_.begin(), drafts_.begin() + 2));
   EXPECT_TRUE(propose_one(*again, request(capture_, 0, n(), 0)).empty());
+}
+
+// Beside a bf16 (or fp8) target cache the draft keeps its K and V rows in bf16: half the bytes,
+// the golden drafts, logits within 32 tolerances = 6.4e-4 of the largest logit (bf16 rounds K and
+// V by up to 2^-9 relative; measured 18 tolerances), and not the f32 rows' logits exactly (so the
+// rows really are narrowed).
+TEST_F(Eagle3DraftMini, Bf16KvRowsKeepTheGoldenDrafts) {
+  const Eagle3Config c = Eagle3Config::load(draft_dir_, model_->config());
+  EXPECT_EQ(c.kv_bytes_per_token(KvCacheDtype::Float32), 2 * c.num_key_value_heads * c.head_dim * 4);
+  EXPECT_EQ(c.kv_bytes_per_token(KvCacheDtype::BFloat16), 2 * c.num_key_value_heads * c.head_dim * 2);
+  EXPECT_EQ(c.kv_bytes_per_token(KvCacheDtype::Fp8E4m3), c.kv_bytes_per_token(KvCacheDtype::BFloat16));
+  auto f32 = proposer(draft_dir_);
+  f32->set_keep_logits(true);
+  EXPECT_EQ(propose_one(*f32, request(capture_, 0, n(), 3)), drafts_);
+  for (KvCacheDtype kv : {KvCacheDtype::BFloat16, KvCacheDtype::Fp8E4m3}) {
+    auto narrow = proposer(draft_dir_, nullptr, kv);
+    narrow->set_keep_logits(true);
+    EXPECT_EQ(propose_one(*narrow, request(capture_, 0, n(), 3)), drafts_);
+    expect_golden_logits(*narrow, "bf16 KV rows", 32.0f);
+    const std::vector<float>& a = f32->last_logits()[0];
+    const std::vector<float>& b = narrow->last_logits()[0];
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_GT(max_diff(a.data(), b.data(), int64_t(a.size())), 0.0f) << "the rows were not narrowed";
+  }
+  std::printf("bf16 KV rows: largest difference from the golden logits %.3f of the tolerance\n", double(max_seen_));
 }
 
 TEST_F(Eagle3DraftMini, TargetCaptureGivesGoldenDrafts) {

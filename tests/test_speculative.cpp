@@ -12,6 +12,7 @@
 #include "common/rng.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "model/eagle3_draft.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -151,6 +152,26 @@ TEST_F(SpeculativeTest, TheFrequencyPrunedDraftKeepsTheFullDraftsAcceptance) {
   EXPECT_GE(double(p.spec_accepted_tokens), 0.9 * double(f.spec_accepted_tokens))
       << "pruned " << p.spec_accepted_tokens << " of " << p.spec_draft_tokens << ", full " << f.spec_accepted_tokens
       << " of " << f.spec_draft_tokens;
+}
+
+// Beside a bf16 target cache the draft's rows are bf16 too (half the draft's KV bytes, counted in
+// the budget the engine reports) and the tokens are still exactly the target's own.
+TEST_F(SpeculativeTest, ABf16CacheNarrowsTheDraftsRowsAndChangesNoToken) {
+  const auto ps = prompts();
+  auto bf16 = [&](const std::string& spec) {
+    EngineConfig c = config(spec);
+    c.kv_cache_dtype = KvCacheDtype::BFloat16;
+    return c;
+  };
+  Engine plain(*model_, nullptr, bf16(""));
+  const auto want = run(plain, ps, greedy(32));
+  const int64_t target_bytes = plain.metrics().snapshot().kv_cache.bytes_per_token;
+  Engine spec(*model_, nullptr, bf16(eagle3(3)));
+  EXPECT_EQ(run(spec, ps, greedy(32)), want);
+  EXPECT_GT(spec.stats().spec_accepted_tokens, 0);
+  const Eagle3Config dc = Eagle3Config::load(test::mini_model_dir().parent_path() / "mini-eagle3", model_->config());
+  EXPECT_EQ(spec.metrics().snapshot().kv_cache.bytes_per_token,
+            target_bytes + 2 * dc.num_key_value_heads * dc.head_dim * int64_t(sizeof(uint16_t)));
 }
 
 TEST_F(SpeculativeTest, ADraftThatDoesNotFitIsAClearError) {
@@ -319,6 +340,20 @@ TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
   EXPECT_GT(spec.stats().preemptions, 0);
   EXPECT_GT(spec.stats().prefix_hits, 0);
   EXPECT_EQ(spec.kv_cache().pool().num_free(), spec.kv_cache().pool().num_blocks());
+
+  // Beside a bf16 cache the layer's own MLA rows are bf16 as well: the tokens are the target's,
+  // and the layer adds one bf16 MLA row per token to the KV budget (as one target layer does).
+  EngineConfig narrow = c;
+  narrow.kv_cache_dtype = KvCacheDtype::BFloat16;
+  Engine plain_bf16(model, nullptr, narrow);
+  const auto want_bf16 = plain_bf16.generate(ps, sp);
+  narrow.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
+  Engine mtp_bf16(model, nullptr, narrow);
+  const auto got_bf16 = mtp_bf16.generate(ps, sp);
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got_bf16[i][0].token_ids, want_bf16[i][0].token_ids) << "bf16 " << i;
+  const int64_t per_layer_bf16 = plain_bf16.metrics().snapshot().kv_cache.bytes_per_token / model.config().num_hidden_layers;
+  EXPECT_EQ(mtp_bf16.metrics().snapshot().kv_cache.bytes_per_token,
+            plain_bf16.metrics().snapshot().kv_cache.bytes_per_token + per_layer_bf16);
 }
 
 // ---------------------------------------------------------------- the rejection rule

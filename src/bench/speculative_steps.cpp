@@ -46,7 +46,7 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
 
   // One draft token for one sequence: a draft model runs one position; n-gram scans the prompt.
   const int64_t block_size = 16, blocks = (ctx + k + block_size) / block_size + 1;
-  const std::unique_ptr<spec::Proposer> proposer = spec::make_proposer(config, model, blocks, block_size);
+  const std::unique_ptr<spec::Proposer> proposer = spec::make_proposer(config, model, blocks, block_size, o.kv_cache_dtype);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
   const std::vector<int64_t> layers = proposer->capture_layers();

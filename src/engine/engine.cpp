@@ -66,12 +66,12 @@ int64_t num_blocks_for(const EngineConfig& c, const ModelConfig& mc, int64_t dra
   return blocks;
 }
 
-SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model, int64_t num_blocks, int64_t block_size) {
+SpeculationSetup make_speculation(const spec::SpeculativeConfig& c, Model& model, const KvCacheConfig& kv) {
   SpeculationSetup setup;
   if (!c.enabled()) return setup;
   setup.num_speculative_tokens = c.num_speculative_tokens;
   setup.disable_by_batch_size = c.disable_by_batch_size;
-  setup.proposer = spec::make_proposer(c, model, num_blocks, block_size);
+  setup.proposer = spec::make_proposer(c, model, kv.num_blocks, kv.block_size, kv.dtype);
   return setup;
 }
 
@@ -97,7 +97,7 @@ std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
     return std::make_unique<TensorParallelExecutor>(model, kv, std::move(vocab));
   }
   return std::make_unique<InProcessExecutor>(model, kv, std::move(vocab),
-                                             make_speculation(speculative, model, kv.num_blocks, kv.block_size));
+                                             make_speculation(speculative, model, kv));
 }
 
 }  // namespace
@@ -105,7 +105,7 @@ std::unique_ptr<Executor> make_executor(Model& model, const KvCacheConfig& kv,
 Engine::Engine(Model& model, const Tokenizer* tokenizer, EngineConfig config)
     : model_(model),
       config_(resolve(config, model.config())),
-      draft_kv_bytes_per_token_(spec::proposer_kv_bytes_per_token(config_.speculative, model.config())),
+      draft_kv_bytes_per_token_(spec::proposer_kv_bytes_per_token(config_.speculative, model.config(), config_.kv_cache_dtype)),
       vocab_(tokenizer ? structured::TokenVocab::from_tokenizer(*tokenizer, model.config().vocab_size) : nullptr),
       kv_(num_blocks_for(config_, model.config(), draft_kv_bytes_per_token_), config_.block_size, config_.enable_prefix_caching,
           /*drop_last_hit_block=*/draft_kv_bytes_per_token_ > 0),

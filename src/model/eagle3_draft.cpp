@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "kernels/vec_ops.h"
 #include "model/ops.h"
@@ -108,7 +109,7 @@ Eagle3Config Eagle3Config::load(const std::filesystem::path& dir, const ModelCon
 }
 
 Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks,
-                         int64_t block_size, const WeightMatrix* target_embedding)
+                         int64_t block_size, const WeightMatrix* target_embedding, KvCacheDtype kv_dtype)
     : config_(Eagle3Config::load(dir, target)),
       target_vocab_(target.vocab_size),
       rope_([&] {
@@ -119,7 +120,8 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
         return rc;
       }()),
       num_blocks_(num_blocks),
-      block_size_(block_size) {
+      block_size_(block_size),
+      kv_bf16_(Eagle3Config::draft_kv_element_bytes(kv_dtype) == 2) {
   const Eagle3Config& c = config_;
   const std::string src = (dir / "config.json").string();
   if (c.target_hidden_size != target.hidden_size)
@@ -191,9 +193,34 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
     throw Error(src + ": draft vocabulary " + std::to_string(c.draft_vocab_size) + " exceeds the target's " +
                 std::to_string(target.vocab_size) + " and there is no d2t to map it");
   }
-  const size_t kv_floats = size_t(num_blocks * block_size * 2) * size_t(kv_dim_);
-  kv_.reset(static_cast<float*>(std::calloc(std::max<size_t>(kv_floats, 1), sizeof(float))));
-  if (!kv_) throw Error("eagle3: cannot allocate the draft's KV cache (" + std::to_string(kv_floats * sizeof(float)) + " bytes)");
+  kv_row_bytes_ = size_t(kv_dim_) * (kv_bf16_ ? sizeof(uint16_t) : sizeof(float));
+  const size_t kv_bytes = size_t(num_blocks * block_size * 2) * kv_row_bytes_;
+  kv_.reset(static_cast<std::byte*>(std::calloc(std::max<size_t>(kv_bytes, 1), 1)));
+  if (!kv_) throw Error("eagle3: cannot allocate the draft's KV cache (" + std::to_string(kv_bytes) + " bytes)");
+}
+
+// Rows start at multiples of kv_row_bytes_ in calloc'd memory, so they are aligned for their type.
+void Eagle3Draft::write_kv_row(const float* src, std::byte* dst) const {
+  if (!kv_bf16_) {
+    std::memcpy(dst, src, kv_row_bytes_);
+    return;
+  }
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < kv_dim_; ++i) out[i] = f32_to_bf16(src[i]);
+}
+
+float Eagle3Draft::dot_kv(const float* a, const std::byte* row, int64_t head) const {
+  const int64_t hd = config_.head_dim;
+  return kv_bf16_ ? dot_bf16(a, reinterpret_cast<const uint16_t*>(row) + head * hd, hd)
+                  : dot_f32(a, reinterpret_cast<const float*>(row) + head * hd, hd);
+}
+
+void Eagle3Draft::axpy_kv(float* y, float a, const std::byte* row, int64_t head) const {
+  const int64_t hd = config_.head_dim;
+  if (kv_bf16_)
+    axpy_bf16(y, a, reinterpret_cast<const uint16_t*>(row) + head * hd, hd);
+  else
+    axpy_f32(y, a, reinterpret_cast<const float*>(row) + head * hd, hd);
 }
 
 // Llama's rotate_half pairs dimension i with i + hd/2 (frequency i); Rope pairs 2i with 2i+1.
@@ -289,8 +316,8 @@ Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequen
     const Row& row = rows[size_t(r)];
     rope_rotate_half(&q[size_t(r * qd)], nh, row.position);
     rope_rotate_half(&k[size_t(r * kv_dim_)], c.num_key_value_heads, row.position);
-    std::copy_n(&k[size_t(r * kv_dim_)], kv_dim_, k_row(row.block, row.offset));
-    std::copy_n(&v[size_t(r * kv_dim_)], kv_dim_, v_row(row.block, row.offset));
+    write_kv_row(&k[size_t(r * kv_dim_)], k_row(row.block, row.offset));
+    write_kv_row(&v[size_t(r * kv_dim_)], v_row(row.block, row.offset));
   }
 
   // Causal attention of each row and head over its sequence's rows [0, position] in the storage.
@@ -306,13 +333,13 @@ Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequen
       scores.resize(size_t(row.position + 1));
       for (int64_t j = 0; j <= row.position; ++j) {
         const int32_t b = sq.block_ids[size_t(j / block_size_)];
-        scores[size_t(j)] = dot_f32(qh, k_row(b, j % block_size_) + kvh * hd, hd) * scale;
+        scores[size_t(j)] = dot_kv(qh, k_row(b, j % block_size_), kvh) * scale;
       }
       softmax(scores.data(), row.position + 1);
       float* out = &attn[size_t(r * qd + h * hd)];
       for (int64_t j = 0; j <= row.position; ++j) {
         const int32_t b = sq.block_ids[size_t(j / block_size_)];
-        axpy_f32(out, scores[size_t(j)], v_row(b, j % block_size_) + kvh * hd, hd);
+        axpy_kv(out, scores[size_t(j)], v_row(b, j % block_size_), kvh);
       }
     }
   });

@@ -1,7 +1,8 @@
 #pragma once
 // An Eagle3 draft model (LlamaForCausalLMEagle3, the published layout: shared/serving-protocols.md
 // §1.4): its config, its weights (mapped from the draft directory's safetensors), its own paged
-// KV storage (f32 K and V per head, rows addressed by the target's block ids and block size) and
+// KV storage (K and V per head in float32, or bf16 when the target's cache is narrower; rows
+// addressed by the target's block ids and block size) and
 // its forward over a batch of sequences. The draft reads the target's hidden states at three aux
 // layers (fc over [low, mid, high]) or, in later chain steps, its own pre-norm output.
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "format/checkpoint.h"
 #include "format/model_config.h"
 #include "kernels/matmul.h"
+#include "model/kv_cache.h"
 #include "model/rope.h"
 
 namespace kimi {
@@ -37,9 +39,15 @@ struct Eagle3Config {
   // Reads <dir>/config.json; `target` gives the default aux ids (2, L/2, L-3). kimi::Error names
   // the file and key for a missing or wrong-typed field.
   static Eagle3Config load(const std::filesystem::path& dir, const ModelConfig& target);
-  // Bytes the draft's cache keeps per token (a K and a V row of float32): a KV budget counts them
-  // beside the target's.
-  int64_t kv_bytes_per_token() const { return 2 * num_key_value_heads * head_dim * int64_t(sizeof(float)); }
+  // Bytes the draft's cache keeps per token (a K and a V row, see draft_kv_element_bytes) beside a
+  // target cache of kv_dtype: a KV budget counts them beside the target's.
+  int64_t kv_bytes_per_token(KvCacheDtype kv_dtype) const {
+    return 2 * num_key_value_heads * head_dim * draft_kv_element_bytes(kv_dtype);
+  }
+  // The draft keeps K and V in float32 beside a float32 target cache and in bf16 beside a bf16 or
+  // fp8 one (per-head rows have no scale to carry fp8; bf16 halves them, which at Kimi-K2.5's draft
+  // shapes is 32 KB a token).
+  static int64_t draft_kv_element_bytes(KvCacheDtype kv_dtype) { return kv_dtype == KvCacheDtype::Float32 ? 4 : 2; }
 };
 
 // One sequence's rows of a draft forward: tokens[i] at position first_position + i.
@@ -65,9 +73,10 @@ class Eagle3Draft {
   // vocab_size covers the target's, lm_head ids (through d2t) inside the target vocab, aux ids in
   // [0, num_hidden_layers]. Without embed_tokens.weight the draft uses target_embedding (the
   // target's model.embed_tokens, which must then be given and outlive the draft). The KV storage
-  // holds num_blocks * block_size rows, zero (pages mapped as they are first written).
+  // holds num_blocks * block_size rows, zero (pages mapped as they are first written), in the
+  // element type Eagle3Config::draft_kv_element_bytes gives for the target cache's kv_dtype.
   Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
-              const WeightMatrix* target_embedding = nullptr);
+              const WeightMatrix* target_embedding = nullptr, KvCacheDtype kv_dtype = KvCacheDtype::Float32);
 
   const Eagle3Config& config() const { return config_; }
   int64_t target_vocab_size() const { return target_vocab_; }
@@ -80,8 +89,12 @@ class Eagle3Draft {
   Eagle3Output forward(ThreadPool& pool, std::span<const Eagle3Sequence> seqs);
 
  private:
-  float* k_row(int32_t block, int64_t offset) { return &kv_[size_t((block * block_size_ + offset) * 2) * size_t(kv_dim_)]; }
-  float* v_row(int32_t block, int64_t offset) { return k_row(block, offset) + kv_dim_; }
+  std::byte* k_row(int32_t block, int64_t offset) { return &kv_[size_t((block * block_size_ + offset) * 2) * kv_row_bytes_]; }
+  std::byte* v_row(int32_t block, int64_t offset) { return k_row(block, offset) + kv_row_bytes_; }
+  void write_kv_row(const float* src, std::byte* dst) const;
+  // a . (kv_dim values of a K row from `head`), y += a * (those of a V row)
+  float dot_kv(const float* a, const std::byte* row, int64_t head) const;
+  void axpy_kv(float* y, float a, const std::byte* row, int64_t head) const;
   void rope_rotate_half(float* x, int64_t heads, int64_t position) const;
 
   Eagle3Config config_;
@@ -92,12 +105,14 @@ class Eagle3Draft {
   std::vector<int64_t> d2t_;  // target id = draft id + d2t[draft id]; empty: the identity
   Rope rope_;
   int64_t num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
+  bool kv_bf16_ = false;
+  size_t kv_row_bytes_ = 0;  // kv_dim elements of float32 or bf16
   struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(std::byte* p) const { std::free(p); }
   };
-  // [num_blocks * block_size][K row, V row] of kv_dim floats each, from calloc: zero pages the
+  // [num_blocks * block_size][K row, V row] of kv_row_bytes each, from calloc: zero pages the
   // system maps only when first written, so a large budget costs memory only as it fills.
-  std::unique_ptr<float[], FreeDeleter> kv_;
+  std::unique_ptr<std::byte[], FreeDeleter> kv_;
 };
 
 }  // namespace kimi

@@ -21,19 +21,19 @@ ModelConfig one_layer(ModelConfig c) {
 
 }  // namespace
 
-int64_t MtpLayer::kv_bytes_per_token(const ModelConfig& target) {
-  return int64_t(KvStorage::bytes_per_token(one_layer(target), KvCacheDtype::Float32));
+int64_t MtpLayer::kv_bytes_per_token(const ModelConfig& target, KvCacheDtype kv_dtype) {
+  return int64_t(KvStorage::bytes_per_token(one_layer(target), kv_dtype));
 }
 
 MtpLayer::MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
-                   const WeightMatrix* target_embedding, int64_t index)
+                   const WeightMatrix* target_embedding, int64_t index, KvCacheDtype kv_dtype)
     : config_(target),
       cache_config_(one_layer(target)),
       layer_(target.num_hidden_layers + index),
       num_blocks_(num_blocks),
       block_size_(block_size),
       rope_(target),
-      kv_(cache_config_, std::max<int64_t>(num_blocks, 1), std::max<int64_t>(block_size, 1), KvCacheDtype::Float32) {
+      kv_(cache_config_, std::max<int64_t>(num_blocks, 1), std::max<int64_t>(block_size, 1), kv_dtype) {
   if (index < 0 || index >= target.num_nextn_predict_layers)
     throw Error(dir.string() + ": the checkpoint has no MTP layer " + std::to_string(index) + " (num_nextn_predict_layers " +
                 std::to_string(target.num_nextn_predict_layers) + ")");

@@ -44,12 +44,13 @@ class MtpLayer {
   // own model.layers.<N>.embed_tokens.weight the layer uses target_embedding (the target's
   // model.embed_tokens, which must then be given and outlive the layer). kimi::Error when the
   // config has no such MTP layer or a tensor is missing. The KV storage holds num_blocks *
-  // block_size rows.
+  // block_size rows of kv_dtype (the target cache's: the layer's rows are MLA rows like its own).
   MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
-           const WeightMatrix* target_embedding = nullptr, int64_t index = 0);
+           const WeightMatrix* target_embedding = nullptr, int64_t index = 0,
+           KvCacheDtype kv_dtype = KvCacheDtype::Float32);
 
-  // Bytes the layer's cache keeps per token (one float32 MLA row), for a KV budget.
-  static int64_t kv_bytes_per_token(const ModelConfig& target);
+  // Bytes the layer's cache keeps per token (one MLA row of kv_dtype), for a KV budget.
+  static int64_t kv_bytes_per_token(const ModelConfig& target, KvCacheDtype kv_dtype);
 
   const ModelConfig& config() const { return config_; }
   int64_t block_size() const { return block_size_; }

@@ -21,6 +21,7 @@ struct Eagle3ProposerOptions {
   // The target's model.embed_tokens, shared when the draft has no embed_tokens.weight (it must
   // outlive the proposer); may be null for drafts that carry their own.
   const WeightMatrix* target_embedding = nullptr;
+  KvCacheDtype kv_dtype = KvCacheDtype::Float32;  // the target cache's (the draft's rows follow it)
 };
 
 class Eagle3Proposer : public Proposer {

@@ -28,6 +28,7 @@ struct MtpProposerOptions {
   // The target's final norm (model.norm.weight, hidden_size values), applied to the captured
   // last-layer output before it reaches the MTP layer; copied.
   std::span<const float> target_final_norm;
+  KvCacheDtype kv_dtype = KvCacheDtype::Float32;  // the target cache's
 };
 
 class MtpProposer : public Proposer {
