@@ -381,6 +381,27 @@ TEST_P(KernelsIsa, DotAxpySum) {
 
 // matmul_batch gives each job exactly what matmul gives it alone: dense, int4 (f32 and int8
 // activations) and int8 jobs of ragged shapes mixed in one batch, with empty jobs among them.
+// A decode step's small products (here 96 x 192, 18 K multiply-adds: mini's q_a) are shared by
+// the pool's threads, one region; tiny ones (16 x 192, 3 K: a router) run inline on the caller.
+TEST(MatmulThreads, SmallProductsAreSharedTinyOnesRunInline) {
+  ThreadPool pool(2);
+  Rng rng(5);
+  const std::vector<float> x = random_floats(192, rng);
+  std::vector<float> y(96);
+  const TestWeights tiny = make_weights(DType::BF16, 16, 192, rng), small = make_weights(DType::BF16, 96, 192, rng);
+  pool.set_region_timing(true);
+  matmul(pool, tiny.matrix(), x.data(), 1, y.data());
+  EXPECT_EQ(pool.region_times().regions, 0);
+  matmul(pool, small.matrix(), x.data(), 1, y.data());
+  EXPECT_EQ(pool.region_times().regions, 1);
+  pool.set_region_timing(false);
+  for (int64_t r = 0; r < 96; ++r) {
+    double want = 0;
+    for (int64_t k = 0; k < 192; ++k) want += small.values[size_t(r * 192 + k)] * double(x[size_t(k)]);
+    EXPECT_NEAR(y[size_t(r)], want, 1e-3 * (1 + std::fabs(want))) << r;
+  }
+}
+
 TEST_P(KernelsIsa, MatmulBatchEqualsSeparateProducts) {
   ThreadPool pool(3);
   Rng rng(21);

@@ -21,9 +21,16 @@ void check_dense_weight(const WeightMatrix& w, const char* what) {
   kernels::validate_weight(w, what);
 }
 
-// Work per parallel chunk, in multiply-adds: below this, waking another thread costs more than
-// it saves (a wake-up is several microseconds; this is roughly 5-10 us of kernel time).
+// Work per parallel chunk, in multiply-adds (roughly 5-10 us of kernel time): large products are
+// not cut finer than this, so chunk hand-outs stay rare.
 constexpr int64_t kMinMacsPerChunk = int64_t(1) << 16;
+// Products from this size up are still shared by every thread, in equal parts, when they are
+// smaller than kMinMacsPerChunk per thread. Between the matmuls of a decode step the pool's
+// threads spin (common/thread_pool.h), so handing one a part costs far less than a wake-up; with
+// the 65536 floor alone most of a small model's per-token products (mini's q_a + kv_a, q_b, o,
+// shared expert: 15-50 K) ran on one thread while the other waited (mini decode 1.23x with
+// this, bench/results/2026-12-05-small-product-sharing.md).
+constexpr int64_t kMinMacsToShare = int64_t(1) << 13;
 // Threads split the rows in blocks of this many, so that every thread's share starts on a
 // kernel row-tile boundary (ragged rows only at the very end).
 constexpr int64_t kRowBlock = 4;
@@ -65,7 +72,8 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
   }
   if (parts.empty()) return;
   const int64_t macs_per_block = std::max<int64_t>(1, total_macs / total_blocks);
-  const int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
+  int64_t grain = std::max<int64_t>(1, kMinMacsPerChunk / macs_per_block);
+  if (total_macs >= kMinMacsToShare) grain = std::min(grain, (total_blocks + pool.size() - 1) / pool.size());
   pool.parallel_for(total_blocks, grain, [&](int64_t b, int64_t e) {
     // The part holding block b, then on through the parts the chunk spans.
     auto it = std::upper_bound(parts.begin(), parts.end(), b,
