@@ -1,10 +1,10 @@
 #pragma once
 // An Eagle3 draft model (LlamaForCausalLMEagle3, the published layout: shared/serving-protocols.md
 // §1.4): its config, its weights (mapped from the draft directory's safetensors), its own paged
-// KV storage (K and V per head in float32, or bf16 when the target's cache is narrower; rows
-// addressed by the target's block ids and block size) and
-// its forward over a batch of sequences. The draft reads the target's hidden states at three aux
-// layers (fc over [low, mid, high]) or, in later chain steps, its own pre-norm output.
+// KV storage (K and V per head, float32 or bf16 as the target's cache allows; rows addressed by
+// the target's block ids and block size) and its forward over a batch of sequences. The draft
+// reads the target's hidden states at three aux layers (fc over [low, mid, high]) or, in later
+// chain steps, its own pre-norm output.
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
