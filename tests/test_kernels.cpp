@@ -379,8 +379,6 @@ TEST_P(KernelsIsa, DotAxpySum) {
   }
 }
 
-// matmul_batch gives each job exactly what matmul gives it alone: dense, int4 (f32 and int8
-// activations) and int8 jobs of ragged shapes mixed in one batch, with empty jobs among them.
 // A decode step's small products (here 96 x 192, 18 K multiply-adds: mini's q_a) are shared by
 // the pool's threads, one region; tiny ones (16 x 192, 3 K: a router) run inline on the caller.
 TEST(MatmulThreads, SmallProductsAreSharedTinyOnesRunInline) {
@@ -402,6 +400,8 @@ TEST(MatmulThreads, SmallProductsAreSharedTinyOnesRunInline) {
   }
 }
 
+// matmul_batch gives each job exactly what matmul gives it alone: dense, int4 (f32 and int8
+// activations) and int8 jobs of ragged shapes mixed in one batch, with empty jobs among them.
 TEST_P(KernelsIsa, MatmulBatchEqualsSeparateProducts) {
   ThreadPool pool(3);
   Rng rng(21);
