@@ -28,14 +28,14 @@ std::vector<int32_t> prompt_file_ids(const Args& a) {
 
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
-                "kv-cache-dtype", "batch", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
+                "kv-cache-dtype", "batch", "step-tokens", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
         "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n"
         "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
-        "                          [--breakdown [--batch N[,N...]]]\n"
+        "                          [--breakdown [--batch N[,N...]] [--step-tokens N[,N...]]]\n"
         "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
         "                          [--prompt-file FILE] [--num-prompts N]\n\n"
         "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
@@ -49,7 +49,8 @@ int run_latency(int argc, char** argv) {
         "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
         "it also prints the synchronisation share: of the threads' time, how much they waited for\n"
         "each other inside parallel regions, and how much they idled while one thread worked alone.\n"
-        "--batch 1,8,32 does so for decode steps of that many sequences at once.\n"
+        "--batch 1,8,32 does so for decode steps of that many sequences at once; --step-tokens 4\n"
+        "for steps of 4 tokens per sequence, a verification step's shape (3 drafts + 1).\n"
         "--speculative-config (one object or a JSON list of them, as kimi serve takes) adds each as a\n"
         "variant after plain decoding, timed alternately with it; --num-speculative-tokens 1,2,3,4\n"
         "repeats each with those draft counts. Speculative variants print the acceptance length,\n"
@@ -74,7 +75,8 @@ int run_latency(int argc, char** argv) {
   const std::vector<std::string> quantizations = split(a.get("quantization", ""));
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
-  if (a.has("batch") && !a.has("breakdown")) throw Error("bench latency: --batch goes with --breakdown");
+  if ((a.has("batch") || a.has("step-tokens")) && !a.has("breakdown"))
+    throw Error("bench latency: --batch and --step-tokens go with --breakdown");
   if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
   o.num_prompts = a.get_int("num-prompts", 1);
   std::vector<spec::SpeculativeConfig> speculative;
@@ -132,12 +134,14 @@ int run_latency(int argc, char** argv) {
     const LatencyResult r = run_latency_bench(model, o);
     std::fputs(format_latency_report(model, o, r).c_str(), stdout);
     if (a.has("breakdown"))
-      for (const std::string& n : split(a.get("batch", "1"))) {
-        const int64_t batch = std::stoll(n);
-        if (batch < 1) throw Error("bench latency: --batch values must be positive");
-        std::fputs(format_decode_breakdown(model, measure_decode_breakdown(model, o, batch), r.read_bandwidth).c_str(),
-                   stdout);
-      }
+      for (const std::string& t : split(a.get("step-tokens", "1")))
+        for (const std::string& n : split(a.get("batch", "1"))) {
+          const int64_t batch = std::stoll(n), step_tokens = std::stoll(t);
+          if (batch < 1 || step_tokens < 1) throw Error("bench latency: --batch and --step-tokens values must be positive");
+          std::fputs(format_decode_breakdown(model, measure_decode_breakdown(model, o, batch, step_tokens),
+                                             r.read_bandwidth).c_str(),
+                     stdout);
+        }
     return 0;
   }
   if (a.has("breakdown")) throw Error("bench latency: --breakdown takes one --quantization and one --kv-cache-dtype");

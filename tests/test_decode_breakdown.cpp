@@ -175,5 +175,36 @@ TEST_F(DecodeBreakdownTest, BatchedSteps) {
   EXPECT_THROW(measure_decode_breakdown(m, o, 0), Error);
 }
 
+// Steps of a verification's shape (one sequence, k + 1 tokens, logits for each): the model runs
+// that many tokens and logit rows a step, the KV and expert bytes count every token, and no
+// decode speed is extrapolated from them.
+TEST_F(DecodeBreakdownTest, VerificationShapedSteps) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 8;
+  o.output_len = 6;
+  const DecodeBreakdown one = measure_decode_breakdown(m, o, 1);
+  EXPECT_DOUBLE_EQ(one.tokens_per_step, 1);
+  EXPECT_DOUBLE_EQ(one.logit_rows_per_step, 1);
+  const DecodeBreakdown v = measure_decode_breakdown(m, o, 1, 4);
+  EXPECT_EQ(v.step_tokens, 4);
+  EXPECT_EQ(v.steps, o.output_len);
+  EXPECT_DOUBLE_EQ(v.tokens_per_step, 4);
+  EXPECT_DOUBLE_EQ(v.logit_rows_per_step, 4);
+  EXPECT_DOUBLE_EQ(v.mean_context, 8 + 4 * 2.5 + 2.5);  // token t of step i reads 8 + 4 i + t + 1 rows
+  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
+  const double per_expert = one.bytes[1][size_t(Phase::RoutedExperts)] / k;
+  EXPECT_NEAR(v.bytes[1][size_t(Phase::RoutedExperts)], per_expert * E * (1 - std::pow(1 - k / E, 4)), 1e-6);
+  EXPECT_GT(v.bytes[1][size_t(Phase::Attention)], one.bytes[1][size_t(Phase::Attention)]);
+  const std::string report = format_decode_breakdown(m, v, 1e10);
+  EXPECT_NE(report.find("1 sequences x 4 tokens (a verification step's shape)"), std::string::npos) << report;
+  EXPECT_EQ(report.find("extrapolated to"), std::string::npos);
+  // Two sequences of 3: both counts per step.
+  const DecodeBreakdown two = measure_decode_breakdown(m, o, 2, 3);
+  EXPECT_DOUBLE_EQ(two.tokens_per_step, 6);
+  EXPECT_DOUBLE_EQ(two.logit_rows_per_step, 6);
+  EXPECT_THROW(measure_decode_breakdown(m, o, 1, 0), Error);
+}
+
 }  // namespace
 }  // namespace kimi

@@ -241,14 +241,16 @@ size_t attention_weight_bytes(const AttentionWeights& a) {
 
 }  // namespace
 
-DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, int64_t batch) {
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, int64_t batch, int64_t step_tokens) {
   check_options(o);
   if (batch < 1) throw Error("bench latency: --batch must be positive");
+  if (step_tokens < 1) throw Error("bench latency: --step-tokens must be positive");
   const ModelConfig& c = model.config();
   // batch sequences, each its own random prompt and cache, prefilled one by one; then output_len
-  // greedy decode steps of one token per sequence in one forward call each, timed by phase.
+  // greedy steps of step_tokens tokens per sequence in one forward call each, timed by phase.
   std::vector<KvCache> caches;
-  std::vector<int32_t> next(static_cast<size_t>(batch));
+  const size_t T = size_t(step_tokens);
+  std::vector<int32_t> next(size_t(batch) * T);
   const auto argmax = [&](const float* row) {
     return int32_t(std::max_element(row, row + c.vocab_size) - row);
   };
@@ -256,8 +258,8 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     LatencyOptions ob = o;
     ob.seed = o.seed + uint64_t(b);
     const std::vector<int32_t> prompt = random_prompt(c, ob);
-    caches.emplace_back(c, o.input_len + o.output_len, o.kv_cache_dtype);
-    next[size_t(b)] = argmax(forward_sequence(model, prompt, caches.back()).data());
+    caches.emplace_back(c, o.input_len + o.output_len * step_tokens, o.kv_cache_dtype);
+    std::fill_n(&next[size_t(b) * T], T, argmax(forward_sequence(model, prompt, caches.back()).data()));
   }
   PhaseTimes times;
   RegionTimes regions;
@@ -277,11 +279,17 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     for (int64_t step = 0; step < o.output_len; ++step) {
       ForwardBatch fb;
       for (int64_t b = 0; b < batch; ++b)
-        fb.seqs.push_back({.tokens = std::span<const int32_t>(&next[size_t(b)], 1), .kv = caches[size_t(b)].view()});
+        fb.seqs.push_back({.tokens = std::span<const int32_t>(&next[size_t(b) * T], T),
+                           .kv = caches[size_t(b)].view(),
+                           .num_logits = step_tokens});
       const ForwardResult r = model.forward(fb);
       for (int64_t b = 0; b < batch; ++b) {
-        caches[size_t(b)].set_length(caches[size_t(b)].length() + 1);
-        next[size_t(b)] = argmax(&r.logits[size_t(b * c.vocab_size)]);
+        caches[size_t(b)].set_length(caches[size_t(b)].length() + step_tokens);
+        // The last row's prediction first (what decode would feed), then the other rows' as
+        // stand-in drafts.
+        const float* rows = &r.logits[size_t(b) * T * size_t(c.vocab_size)];
+        next[size_t(b) * T] = argmax(rows + (T - 1) * size_t(c.vocab_size));
+        for (size_t t = 1; t < T; ++t) next[size_t(b) * T + t] = argmax(rows + (t - 1) * size_t(c.vocab_size));
       }
     }
     regions = model.pool().region_times();
@@ -296,9 +304,13 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     b.serial_share = double(b.threads - 1) * std::max(0.0, times.forward_seconds - regions.wall_seconds) / thread_seconds;
   }
   b.batch = batch;
+  b.step_tokens = step_tokens;
   b.steps = times.steps;
+  b.tokens_per_step = double(times.tokens) / double(times.steps);
+  b.logit_rows_per_step = double(times.logit_rows) / double(times.steps);
   b.step_seconds = times.forward_seconds / double(times.steps);
-  b.mean_context = double(o.input_len) + double(times.steps + 1) / 2.0;  // step i reads input_len + 1 + i rows
+  // Token t of step i reads input_len + i * step_tokens + t + 1 rows.
+  b.mean_context = double(o.input_len) + double(step_tokens) * double(times.steps - 1) / 2.0 + double(step_tokens + 1) / 2.0;
   b.seconds = times.seconds;
   for (auto& row : b.seconds)
     for (double& s : row) s /= double(times.steps);
@@ -313,14 +325,14 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     const LayerWeights& L = w.layers[size_t(l)];
     auto& row = b.bytes[size_t(l)];
     row[size_t(Phase::Attention)] =
-        double(attention_weight_bytes(L.attn)) + double(batch) * b.mean_context * kv_per_layer;
+        double(attention_weight_bytes(L.attn)) + double(batch * step_tokens) * b.mean_context * kv_per_layer;
     if (L.dense) row[size_t(Phase::DenseMlp)] = double(mlp_bytes(*L.dense));
     if (L.moe) {
       row[size_t(Phase::Router)] = double(L.moe->router.bytes() + 4 * L.moe->correction_bias.size());
       size_t experts = 0;
       for (const MlpWeights& e : L.moe->experts) experts += mlp_bytes(e);
       const double E = double(L.moe->experts.size()), k = double(c.num_experts_per_tok);
-      const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));  // k when batch is 1
+      const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch * step_tokens)));  // k for one token
       row[size_t(Phase::RoutedExperts)] = double(experts) / E * distinct;
       if (L.moe->shared) row[size_t(Phase::SharedExpert)] = double(mlp_bytes(*L.moe->shared));
     }
@@ -362,11 +374,12 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "\ndecode breakdown: %lld sequences, %lld steps, %.3f ms per step (mean context %.0f rows), read "
-                "bandwidth %.2f GB/s\n"
+                "\ndecode breakdown: %lld sequences x %lld token%s, %lld steps, %.3f ms per step (mean context %.0f "
+                "rows), read bandwidth %.2f GB/s\n"
                 "%-6s %-15s %10s %10s %9s %9s\n",
-                (long long)b.batch, (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms",
-                "MB", "GB/s", "of bw");
+                (long long)b.batch, (long long)b.step_tokens, b.step_tokens == 1 ? "" : "s (a verification step's shape)",
+                (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms", "MB",
+                "GB/s", "of bw");
   out += line;
   double named = 0;
   for (size_t l = 0; l < b.seconds.size(); ++l) {
@@ -391,6 +404,7 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
                 "inside regions (sync), %.1f%% idle while one thread works between regions (serial)\n",
                 b.threads, b.regions_per_step, 100.0 * b.sync_share, 100.0 * b.serial_share);
   out += line;
+  if (b.step_tokens != 1) return out;  // extrapolated decode speed: decode steps only
   const DecodeExtrapolation x = extrapolate_decode(model, b, read_bandwidth);
   if (!x.possible) {
     out += "(no extrapolation to the real depth: the model needs a dense and an MoE layer)\n";

@@ -52,11 +52,15 @@ struct LatencyResult {
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
 
-// The decode steps of `batch` sequences (each prefilled first, then one token each per forward
-// step, output_len steps, greedy) with the model's phase timer attached (model/phase_times.h):
-// time per step by layer and phase, with the bytes each phase reads per step.
+// The decode steps of `batch` sequences (each prefilled first, then `step_tokens` tokens each per
+// forward step, output_len steps, greedy) with the model's phase timer attached
+// (model/phase_times.h): time per step by layer and phase, with the bytes each phase reads per
+// step. step_tokens k + 1 is the shape of a speculative verification step of k drafts (logits for
+// every token); its tokens are the target's own greedy predictions, so routing sees text-like input.
 struct DecodeBreakdown {
-  int64_t batch = 1;            // sequences, i.e. tokens per step
+  int64_t batch = 1;            // sequences
+  int64_t step_tokens = 1;      // tokens per sequence in each step
+  double tokens_per_step = 0, logit_rows_per_step = 0;  // as the model counted them
   int64_t steps = 0;            // decode forward steps timed
   double step_seconds = 0;      // mean forward() time of a step
   double mean_context = 0;      // mean KV rows each step's attention reads
@@ -70,14 +74,15 @@ struct DecodeBreakdown {
   double sync_share = 0;
   double serial_share = 0;
 };
-DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1);
+DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1,
+                                         int64_t step_tokens = 1);
 
 // The real Kimi-K2.5's depth, that a breakdown is extrapolated to.
 inline constexpr int64_t kKimiK25Layers = 61, kKimiK25DenseLayers = 1;
 
 // Whole-model decode extrapolated from a breakdown: the dense layers' times (layer 0's) and the
 // MoE layers' (their mean) times the real model's counts, plus lm_head and the other time per
-// layer; per token (a step's figures divided by its batch).
+// layer; per token (a step's figures divided by its batch). Decode steps only (step_tokens 1).
 struct DecodeExtrapolation {
   bool possible = false;  // needs a dense and an MoE layer in the measured model
   double seconds_per_token = 0, bytes_per_token = 0;

@@ -166,6 +166,8 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
   if (times) {
     times->forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++times->steps;
+    times->tokens += n;
+    times->logit_rows += result.logit_rows;
   }
   return result;
 }

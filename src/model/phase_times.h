@@ -19,11 +19,15 @@ struct PhaseTimes {
   std::vector<std::array<double, kNumPhases>> seconds;
   double forward_seconds = 0;  // whole forward() calls, summed
   int64_t steps = 0;           // forward() calls
+  int64_t tokens = 0;          // tokens those calls ran, all sequences
+  int64_t logit_rows = 0;      // rows of logits they returned
 
   void reset(int64_t num_layers) {
     seconds.assign(size_t(num_layers + 1), {});
     forward_seconds = 0;
     steps = 0;
+    tokens = 0;
+    logit_rows = 0;
   }
   double phase_total(Phase p) const {
     double s = 0;
