@@ -191,9 +191,10 @@ TEST_F(Eagle3DraftMini, GoldenCaptureGivesGoldenLogitsAndDrafts) {
 }
 
 // Beside a bf16 (or fp8) target cache the draft keeps its K and V rows in bf16: half the bytes,
-// the golden drafts, logits within 32 tolerances = 6.4e-4 of the largest logit (bf16 rounds K and
-// V by up to 2^-9 relative; measured 18 tolerances), and not the f32 rows' logits exactly (so the
-// rows really are narrowed).
+// the golden drafts, logits within 192 tolerances = 3.8e-3 ~ 2^-8 of the largest logit (bf16 rounds
+// K and V by up to 2^-9 relative, which moves scores and values, hence the logits, by about twice
+// that; measured 18 tolerances with the first draft, 44 with the retrained one; a wrong row layout
+// moves them by O(1)), and not the f32 rows' logits exactly (so the rows really are narrowed).
 TEST_F(Eagle3DraftMini, Bf16KvRowsKeepTheGoldenDrafts) {
   const Eagle3Config c = Eagle3Config::load(draft_dir_, model_->config());
   EXPECT_EQ(c.kv_bytes_per_token(KvCacheDtype::Float32), 2 * c.num_key_value_heads * c.head_dim * 4);
@@ -206,7 +207,7 @@ TEST_F(Eagle3DraftMini, Bf16KvRowsKeepTheGoldenDrafts) {
     auto narrow = proposer(draft_dir_, nullptr, kv);
     narrow->set_keep_logits(true);
     EXPECT_EQ(propose_one(*narrow, request(capture_, 0, n(), 3)), drafts_);
-    expect_golden_logits(*narrow, "bf16 KV rows", 32.0f);
+    expect_golden_logits(*narrow, "bf16 KV rows", 192.0f);
     const std::vector<float>& a = f32->last_logits()[0];
     const std::vector<float>& b = narrow->last_logits()[0];
     ASSERT_EQ(a.size(), b.size());
