@@ -22,6 +22,12 @@ output hidden from step k-1 and the token at i+k+1, sits at rope position i+k, a
 step-0 keys at positions <= i plus its own chain at position i (exactly what decoding does with a
 draft KV cache). Token embeddings are the target's (copied, frozen) and saved with the draft.
 
+With --self-data N, a share (--self-share) of every batch's rows comes instead from N greedy
+continuations the target itself writes (`kimi generate` on --self-prompt-len-token windows of the
+training text, --self-gen tokens each, cached in the data folder): decoding drafts the target's
+own continuations, and those are where the draft must agree with it (as EAGLE-style recipes
+regenerate their training answers with the target).
+
 Evaluation: greedy speculative decoding simulated with full recomputation: the target's greedy
 continuation of held-out prompts, 3 draft tokens per step; reports the mean number of accepted draft
 tokens per step and the mean acceptance length (accepted + the target's own token).
@@ -35,8 +41,10 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -280,6 +288,33 @@ def evaluate(target, draft, aux, held, prompts, prompt_len, gen_len, n_draft=3, 
             "histogram": np.bincount(accepted, minlength=n_draft + 1).tolist()}
 
 
+def self_generated(args, train, eos):
+    """The target's greedy continuations of args.self_data training windows, as one id array
+    (prompt, continuation, EOS for each); written once to the data folder and reused."""
+    path = os.path.join(args.data, "self_gen_%d_%d_%d_%d.ids.npy" % (args.self_data, args.self_prompt_len,
+                                                                   args.self_gen, args.seed))
+    if os.path.exists(path):
+        return np.load(path)
+    rng = np.random.default_rng(args.seed + 17)
+    starts = rng.integers(0, train.size - args.self_prompt_len, size=args.self_data)
+
+    def one(start):
+        prompt = train[start:start + args.self_prompt_len].tolist()
+        out = subprocess.run([args.kimi, "generate", "--model", args.target, "--prompt-ids", ",".join(map(str, prompt)),
+                              "--max-tokens", str(args.self_gen), "--threads", "1", "--json"],
+                             check=True, capture_output=True, text=True)
+        return prompt + json.loads(out.stdout)["tokens"] + [eos]
+
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=args.threads) as ex:
+        seqs = list(ex.map(one, starts))
+    ids = np.array([t for s in seqs for t in s], dtype=np.int32)
+    np.save(path, ids)
+    print("self-generated: %d continuations, %d tokens in %.0f s -> %s" % (len(seqs), ids.size, time.time() - t0, path),
+          flush=True)
+    return ids
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="models/mini")
@@ -300,6 +335,11 @@ def main():
     ap.add_argument("--eval-gen", type=int, default=48)
     ap.add_argument("--eval-only", action="store_true")
     ap.add_argument("--eval-json", default="build/mini_eagle3_eval.json")
+    ap.add_argument("--self-data", type=int, default=0, help="target-written continuations to train on (0: none)")
+    ap.add_argument("--self-prompt-len", type=int, default=32)
+    ap.add_argument("--self-gen", type=int, default=128)
+    ap.add_argument("--self-share", type=float, default=0.5, help="share of each batch's rows from them")
+    ap.add_argument("--kimi", default="build/kimi", help="the binary that writes them")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -313,6 +353,11 @@ def main():
         print("eval: " + json.dumps(r), flush=True)
         return
     train = np.load(os.path.join(args.data, "train.ids.npy"))
+    gen, gen_rows = None, 0
+    if args.self_data > 0:
+        with open(os.path.join(args.data, "meta.json")) as f:
+            gen = self_generated(args, train, json.load(f)["eos_id"])
+        gen_rows = max(1, min(args.batch - 1, round(args.batch * args.self_share)))
     dc = draft_config(tc, args)
     draft = Eagle3(dc)
     g = torch.Generator().manual_seed(args.seed)
@@ -339,7 +384,9 @@ def main():
         lr = args.lr * min(1.0, (step + 1) / 10) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / args.steps)))
         for gr in opt.param_groups:
             gr["lr"] = lr
-        x, _ = tm.batch_at(train, step, args.batch, S + K + 1, args.seed)   # S+K+1 tokens per row
+        x, _ = tm.batch_at(train, step, args.batch - gen_rows, S + K + 1, args.seed)   # S+K+1 tokens per row
+        if gen_rows:
+            x = torch.cat([x, tm.batch_at(gen, step, gen_rows, S + K + 1, args.seed + 1)[0]])
         feats, logits = target_features(target, x, aux)
         probs = logits.softmax(-1)
         outs = draft.unroll(x, feats[:, :S], K)
