@@ -17,6 +17,13 @@ class DecodeBreakdownTest : public test::TinyModelTest {};
 
 double at(const PhaseTimes& t, int64_t row, Phase p) { return t.seconds[size_t(row)][size_t(p)]; }
 
+// Routed-expert bytes expected of a step of `tokens` tokens: the expected union of their top-k
+// picks under uniform routing, priced per expert from a one-token breakdown of layer 1.
+double expected_routed_bytes(const Model& m, const DecodeBreakdown& one, int tokens) {
+  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
+  return one.bytes[1][size_t(Phase::RoutedExperts)] / k * E * (1 - std::pow(1 - k / E, tokens));
+}
+
 // Decode steps after a prompt, with the timer attached: the named phases must cover nearly all of
 // the forward time, which itself must be the time measured around the calls.
 TEST_F(DecodeBreakdownTest, PhasesSumToTheStepTime) {
@@ -158,9 +165,7 @@ TEST_F(DecodeBreakdownTest, BatchedSteps) {
   EXPECT_EQ(four.batch, 4);
   EXPECT_EQ(four.steps, o.output_len);
   EXPECT_DOUBLE_EQ(one.mean_context, 8 + 3.5);
-  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
-  const double per_expert = one.bytes[1][size_t(Phase::RoutedExperts)] / k;
-  EXPECT_NEAR(four.bytes[1][size_t(Phase::RoutedExperts)], per_expert * E * (1 - std::pow(1 - k / E, 4)), 1e-6);
+  EXPECT_NEAR(four.bytes[1][size_t(Phase::RoutedExperts)], expected_routed_bytes(m, one, 4), 1e-6);
   EXPECT_GT(four.bytes[1][size_t(Phase::Attention)], one.bytes[1][size_t(Phase::Attention)]);  // 4x the KV rows
   EXPECT_EQ(four.bytes[1][size_t(Phase::SharedExpert)], one.bytes[1][size_t(Phase::SharedExpert)]);
   const DecodeExtrapolation x = extrapolate_decode(m, four, 1e10, 5, 1);
@@ -192,9 +197,7 @@ TEST_F(DecodeBreakdownTest, VerificationShapedSteps) {
   EXPECT_DOUBLE_EQ(v.tokens_per_step, 4);
   EXPECT_DOUBLE_EQ(v.logit_rows_per_step, 4);
   EXPECT_DOUBLE_EQ(v.mean_context, 8 + 4 * 2.5 + 2.5);  // token t of step i reads 8 + 4 i + t + 1 rows
-  const double E = double(m.config().n_routed_experts), k = double(m.config().num_experts_per_tok);
-  const double per_expert = one.bytes[1][size_t(Phase::RoutedExperts)] / k;
-  EXPECT_NEAR(v.bytes[1][size_t(Phase::RoutedExperts)], per_expert * E * (1 - std::pow(1 - k / E, 4)), 1e-6);
+  EXPECT_NEAR(v.bytes[1][size_t(Phase::RoutedExperts)], expected_routed_bytes(m, one, 4), 1e-6);
   EXPECT_GT(v.bytes[1][size_t(Phase::Attention)], one.bytes[1][size_t(Phase::Attention)]);
   const std::string report = format_decode_breakdown(m, v, 1e10);
   EXPECT_NE(report.find("1 sequences x 4 tokens (a verification step's shape)"), std::string::npos) << report;

@@ -309,8 +309,9 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
   b.tokens_per_step = double(times.tokens) / double(times.steps);
   b.logit_rows_per_step = double(times.logit_rows) / double(times.steps);
   b.step_seconds = times.forward_seconds / double(times.steps);
-  // Token t of step i reads input_len + i * step_tokens + t + 1 rows.
-  b.mean_context = double(o.input_len) + double(step_tokens) * double(times.steps - 1) / 2.0 + double(step_tokens + 1) / 2.0;
+  // Token t of step i reads input_len + i * step_tokens + t + 1 rows: the mean of 1 .. steps x
+  // step_tokens past the prompt.
+  b.mean_context = double(o.input_len) + (double(step_tokens) * double(times.steps) + 1.0) / 2.0;
   b.seconds = times.seconds;
   for (auto& row : b.seconds)
     for (double& s : row) s /= double(times.steps);
