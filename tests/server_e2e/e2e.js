@@ -284,16 +284,38 @@ async function main() {
   });
 
   await check('429 when the waiting queue is over --max-waiting', async () => {
-    const small = await startServer(['--max-num-seqs', '1', '--max-waiting', '1']);
+    // Long streams hold every running slot (one per data-parallel replica) before the burst, so the
+    // burst's first request waits and the rest find the queue full however slowly they arrive (a burst
+    // alone raced the requests it sent: on a loaded CI machine each finished before the next came).
+    const small = await startServer(['--max-num-seqs', '1', '--max-waiting', '1', '--max-model-len', '8192']);
+    const holders = [];
+    for (let i = 0; i < (tp2dp2 ? 2 : 1); i++) {
+      const ac = new AbortController();
+      const res = await fetch(small.base + '/v1/completions', {
+        method: 'POST', signal: ac.signal,
+        headers: { 'Content-Type': 'application/json', Authorization: 'Bearer secret' },
+        body: JSON.stringify({ model: 'tiny', prompt: `Hold ${i}`, max_tokens: 8000, stream: true, ignore_eos: true }),
+      });
+      assert(res.status === 200, 'holding stream ' + res.status);
+      await res.body.getReader().read();  // its first token: it is running
+      holders.push(ac);
+    }
     const c = new OpenAI({ baseURL: small.base + '/v1', apiKey: 'secret', maxRetries: 0 });
-    const statuses = await Promise.all(Array.from({ length: 12 }, async (_, i) => {
+    let settled = 0;
+    const burst = Array.from({ length: 12 }, async (_, i) => {
       try {
         await c.completions.create({ model: 'tiny', prompt: `Queue ${i}`, max_tokens: 40, ignore_eos: true });
         return 200;
       } catch (e) {
         return e.status;
+      } finally {
+        settled++;
       }
-    }));
+    });
+    // All but the one waiting behind the holders are answered at once; then the holders let go.
+    for (let t = 0; t < 200 && settled < 11; t++) await new Promise((r) => setTimeout(r, 50));
+    for (const ac of holders) ac.abort();
+    const statuses = await Promise.all(burst);
     for (const p of small.procs || [small.proc]) p.kill('SIGTERM');
     assert(statuses.includes(429), 'no 429 among ' + statuses);
     assert(statuses.includes(200), 'no success among ' + statuses);
