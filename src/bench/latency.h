@@ -34,7 +34,13 @@ struct SpeculativeFigures {
   double plain_step_seconds = 0;          // target forward of 1 token
   double verify_step_seconds = 0;         // target forward of k + 1 tokens
   double draft_step_seconds = 0;          // the proposer drafting one token for one sequence
-  double predicted_decode_seconds = 0;    // steps with drafts x (verify + k draft steps) + the rest x (plain + draft)
+  // The proposer's first call of a step after k + 1 positions were verified: it takes in all of
+  // them (a draft model writes their KV) and drafts one token. After a step with a accepted drafts
+  // it takes in a + 1; the prediction interpolates between this and draft_step_seconds.
+  double catch_up_step_seconds = 0;
+  // steps with drafts x (verify + the catch-up at the mean acceptance + k - 1 draft steps)
+  // + the rest x (plain + draft)
+  double predicted_decode_seconds = 0;
 };
 
 struct LatencyResult {

@@ -50,26 +50,38 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) table[size_t(b)] = int32_t(b);
   const std::vector<int64_t> layers = proposer->capture_layers();
-  const std::vector<float> hidden(layers.size() * size_t(c.hidden_size), 0.01f);
   spec::ProposeRequest req;
   req.request_id = "bench";
   req.tokens = prompt;
-  req.first_position = ctx - 2;
-  req.num_positions = 1;
-  req.hidden_states = hidden;
   req.block_ids = table;
   req.num_drafts = 1;
   std::vector<std::vector<int32_t>> drafts;
-  f.draft_step_seconds = median_seconds([&] { proposer->propose({&req, 1}, drafts); });
+  // One new position, then all k + 1 of a verification step whose drafts all passed.
+  auto draft_seconds = [&](int64_t positions) {
+    const std::vector<float> hidden(layers.size() * size_t(positions * c.hidden_size), 0.01f);
+    req.first_position = ctx - 1 - positions;
+    req.num_positions = positions;
+    req.hidden_states = hidden;
+    return median_seconds([&] { proposer->propose({&req, 1}, drafts); });
+  };
+  f.draft_step_seconds = draft_seconds(1);
+  f.catch_up_step_seconds = draft_seconds(std::min<int64_t>(k + 1, ctx - 1));
 
-  // Steps with drafts verify and then draft k tokens; the others (no proposal, e.g. no n-gram
-  // match) are plain steps that asked the proposer once. output_len decode tokens came out of them.
-  // Counts are over num_prompts prompts; the prediction is per prompt, as r.decode_seconds.
+  // A step with drafts verifies them, then the proposer takes in the 1 + a verified positions and
+  // drafts k tokens: its first call costs about draft + a / k x (catch-up - draft) (a model
+  // proposer's work grows by one row's KV per position), the others one draft step each. The
+  // steps without drafts (no proposal, e.g. no n-gram match) are plain steps that asked the
+  // proposer once. output_len decode tokens came out of them. Counts are over num_prompts
+  // prompts; the prediction is per prompt, as r.decode_seconds.
+  const double mean_accepted = f.drafts > 0 ? double(f.accepted) / double(f.drafts) : 0.0;
+  const double first_call =
+      f.draft_step_seconds + (k > 0 ? mean_accepted / double(k) : 0.0) * (f.catch_up_step_seconds - f.draft_step_seconds);
   const int64_t from_drafts = f.drafts + f.accepted;
   const int64_t plain_steps = std::max<int64_t>(0, o.output_len * o.num_prompts - from_drafts);
-  f.predicted_decode_seconds = (double(f.drafts) * (f.verify_step_seconds + double(k) * f.draft_step_seconds) +
-                                double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds)) /
-                               double(o.num_prompts);
+  f.predicted_decode_seconds =
+      (double(f.drafts) * (f.verify_step_seconds + first_call + double(k - 1) * f.draft_step_seconds) +
+       double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds)) /
+      double(o.num_prompts);
 }
 
 }  // namespace kimi

@@ -309,34 +309,45 @@ Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequen
   rms_norm(x.data(), N, H, 2 * H, input_norm_.data(), eps);
   rms_norm(x.data() + H, N, H, 2 * H, hidden_norm_.data(), eps);
 
-  std::vector<float> q(size_t(N * qd)), k(size_t(N * kv_dim_)), v(size_t(N * kv_dim_));
-  const MatmulJob qkv[] = {{q_, x.data(), N, q.data()}, {k_, x.data(), N, k.data()}, {v_, x.data(), N, v.data()}};
+  // Every row's K and V go into the cache; everything after them only for each sequence's last
+  // row. With one decoder layer the other rows' outputs feed nothing (the chain continues from the
+  // last row, and later rows read only their K and V), so a step that catches up on k + 1 verified
+  // positions costs about a one-row step plus k rows of K and V, not k + 1 whole rows.
+  const int64_t S = int64_t(seqs.size());
+  std::vector<float> xl(size_t(S * 2 * H)), hl(size_t(S * H));
+  for (int64_t s = 0; s < S; ++s) {
+    const size_t last = first_row[size_t(s) + 1] - 1;
+    std::copy_n(&x[last * size_t(2 * H)], 2 * H, &xl[size_t(s * 2 * H)]);
+    std::copy_n(&hidden[last * size_t(H)], H, &hl[size_t(s * H)]);
+  }
+  std::vector<float> q(size_t(S * qd)), k(size_t(N * kv_dim_)), v(size_t(N * kv_dim_));
+  const MatmulJob qkv[] = {{q_, xl.data(), S, q.data()}, {k_, x.data(), N, k.data()}, {v_, x.data(), N, v.data()}};
   matmul_batch(pool, qkv);
   for (int64_t r = 0; r < N; ++r) {
     const Row& row = rows[size_t(r)];
-    rope_rotate_half(&q[size_t(r * qd)], nh, row.position);
     rope_rotate_half(&k[size_t(r * kv_dim_)], c.num_key_value_heads, row.position);
     write_kv_row(&k[size_t(r * kv_dim_)], k_row(row.block, row.offset));
     write_kv_row(&v[size_t(r * kv_dim_)], v_row(row.block, row.offset));
   }
+  for (int64_t s = 0; s < S; ++s) rope_rotate_half(&q[size_t(s * qd)], nh, rows[first_row[size_t(s) + 1] - 1].position);
 
-  // Causal attention of each row and head over its sequence's rows [0, position] in the storage.
-  std::vector<float> attn(size_t(N * qd), 0.0f);
+  // Causal attention of each sequence's last row and head over its rows [0, position] in the storage.
+  std::vector<float> attn(size_t(S * qd), 0.0f);
   const float scale = 1.0f / std::sqrt(float(hd));
-  pool.parallel_for(N * nh, 1, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(S * nh, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
     for (int64_t job = begin; job < end; ++job) {
-      const int64_t r = job / nh, h = job % nh, kvh = h / group;
-      const Row& row = rows[size_t(r)];
+      const int64_t s = job / nh, h = job % nh, kvh = h / group;
+      const Row& row = rows[first_row[size_t(s) + 1] - 1];
       const Eagle3Sequence& sq = seqs[row.seq];
-      const float* qh = &q[size_t(r * qd + h * hd)];
+      const float* qh = &q[size_t(s * qd + h * hd)];
       scores.resize(size_t(row.position + 1));
       for (int64_t j = 0; j <= row.position; ++j) {
         const int32_t b = sq.block_ids[size_t(j / block_size_)];
         scores[size_t(j)] = dot_kv(qh, k_row(b, j % block_size_), kvh) * scale;
       }
       softmax(scores.data(), row.position + 1);
-      float* out = &attn[size_t(r * qd + h * hd)];
+      float* out = &attn[size_t(s * qd + h * hd)];
       for (int64_t j = 0; j <= row.position; ++j) {
         const int32_t b = sq.block_ids[size_t(j / block_size_)];
         axpy_kv(out, scores[size_t(j)], v_row(b, j % block_size_), kvh);
@@ -345,28 +356,27 @@ Eagle3Output Eagle3Draft::forward(ThreadPool& pool, std::span<const Eagle3Sequen
   });
 
   // Residual: the un-normalised hidden (or, with norm_before_residual, its hidden_norm).
-  std::vector<float> h(size_t(N * H));
-  matmul(pool, o_, attn.data(), N, h.data());
+  std::vector<float> h(size_t(S * H));
+  matmul(pool, o_, attn.data(), S, h.data());
   if (c.norm_before_residual) {
-    std::vector<float> normed(size_t(N * H));
-    rms_norm_to(hidden.data(), normed.data(), N, H, hidden_norm_.data(), eps);
+    std::vector<float> normed(size_t(S * H));
+    rms_norm_to(hl.data(), normed.data(), S, H, hidden_norm_.data(), eps);
     for (size_t i = 0; i < h.size(); ++i) h[i] += normed[i];
   } else {
-    for (size_t i = 0; i < h.size(); ++i) h[i] += hidden[i];
+    for (size_t i = 0; i < h.size(); ++i) h[i] += hl[i];
   }
-  std::vector<float> g(size_t(N * H)), gate(size_t(N * c.intermediate_size)), up(gate.size()), down(size_t(N * H));
-  rms_norm_to(h.data(), g.data(), N, H, post_norm_.data(), eps);
-  const MatmulJob mlp[] = {{gate_, g.data(), N, gate.data()}, {up_, g.data(), N, up.data()}};
+  std::vector<float> g(size_t(S * H)), gate(size_t(S * c.intermediate_size)), up(gate.size()), down(size_t(S * H));
+  rms_norm_to(h.data(), g.data(), S, H, post_norm_.data(), eps);
+  const MatmulJob mlp[] = {{gate_, g.data(), S, gate.data()}, {up_, g.data(), S, up.data()}};
   matmul_batch(pool, mlp);
   silu_mul(gate.data(), up.data(), int64_t(gate.size()));
-  matmul(pool, down_, gate.data(), N, down.data());
+  matmul(pool, down_, gate.data(), S, down.data());
   for (size_t i = 0; i < h.size(); ++i) h[i] += down[i];
 
   // The last row of each sequence: its pre-norm hidden and its logits in target ids.
-  const int64_t S = int64_t(seqs.size()), DV = c.draft_vocab_size;
+  const int64_t DV = c.draft_vocab_size;
   Eagle3Output out;
-  out.hidden.resize(size_t(S * H));
-  for (int64_t s = 0; s < S; ++s) std::copy_n(&h[(first_row[size_t(s) + 1] - 1) * size_t(H)], H, &out.hidden[size_t(s * H)]);
+  out.hidden = std::move(h);
   std::vector<float> normed(out.hidden.size()), dl(size_t(S * DV));
   rms_norm_to(out.hidden.data(), normed.data(), S, H, final_norm_.data(), eps);
   matmul(pool, lm_head_, normed.data(), S, dl.data());

@@ -83,9 +83,10 @@ class Eagle3Draft {
   int64_t block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
 
-  // Runs every sequence's rows through the draft, writing their K and V at their positions and
-  // attending causally over each sequence's rows [0, position]. kimi::Error for a block table too
-  // short, out-of-range tokens or hidden rows of the wrong size.
+  // Writes every sequence's rows' K and V at their positions, then runs each sequence's last row
+  // through the rest of the layer (causal attention over its rows [0, position]) and the head: the
+  // other rows' outputs would feed nothing. kimi::Error for a block table too short, out-of-range
+  // tokens or hidden rows of the wrong size.
   Eagle3Output forward(ThreadPool& pool, std::span<const Eagle3Sequence> seqs);
 
  private:
