@@ -20,6 +20,7 @@
 #include "common/thread_pool.h"
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
+#include "kernels/bf16_dot.h"
 #include "kernels/matmul.h"
 #include "kernels/vec_ops.h"
 
@@ -127,6 +128,32 @@ void BM_Gemm(benchmark::State& state) {
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(isa_name(isa)));
+}
+
+// Args: rows, cols, tokens, cold, act (0: f32 activations, 1: rounded to bf16, `--dtype
+// bfloat16`), on the best ISA; bf16 runs the AVX512_BF16 kernel (kernels/bf16_dot.h) and is
+// skipped by name on CPUs without it. Prefill GEMMs and decode GEMVs of the real expert shapes.
+void BM_Bf16Activations(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
+  const bool cold = state.range(3) != 0, bf16 = state.range(4) != 0;
+  if (bf16 && !kernels::bf16_dot_rows()) {
+    state.SkipWithError("this CPU lacks avx512_bf16");
+    return;
+  }
+  ThreadPool pool(bench_threads());
+  const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
+  const std::vector<float> x = activations(n * cols);
+  std::vector<float> y(size_t(n * rows));
+  int64_t i = 0;
+  for (auto _ : state) {
+    WeightMatrix m = w.at(i++);
+    if (bf16) m.act_quant = ActivationQuant::Bf16;
+    matmul(pool, m, x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(bf16 ? "bf16 act " : "f32 act ") + std::string(isa_name(best_isa())) + (cold ? " cold" : ""));
 }
 
 // Args: rows, cols, tokens, cold, isa. A few tokens against one matrix (speculative verification
@@ -326,6 +353,16 @@ BENCHMARK(BM_Gemm)
     ->ArgNames({"rows", "cols", "n", "isa"})
     ->Apply(gemm_args)
     ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_Bf16Activations)
+    ->ArgNames({"rows", "cols", "n", "cold", "act"})
+    ->ArgsProduct({{2048}, {7168}, {1, 4, 64}, {1}, {0, 1}})
+    ->Args({4352, 192, 1, 0, 0})
+    ->Args({4352, 192, 1, 0, 1})
+    ->Args({4352, 192, 4, 0, 0})
+    ->Args({4352, 192, 4, 0, 1})
+    ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
 BENCHMARK(BM_SmallBatch)

@@ -28,12 +28,12 @@ std::vector<int32_t> prompt_file_ids(const Args& a) {
 
 int run_latency(int argc, char** argv) {
   const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
-                "kv-cache-dtype", "batch", "step-tokens", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
+                "dtype", "kv-cache-dtype", "batch", "step-tokens", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
-        "                          [--threads N] [--seed S] [--quantization Q[,Q...]]\n"
+        "                          [--threads N] [--seed S] [--quantization Q[,Q...]] [--dtype D[,D...]]\n"
         "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
         "                          [--breakdown [--batch N[,N...]] [--step-tokens N[,N...]]]\n"
         "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
@@ -43,7 +43,8 @@ int run_latency(int argc, char** argv) {
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
         "--quantization values (e.g. none,int4,w4a8) load the model once each and print a table\n"
         "of their figures and ratios over the first, timed alternately in the same run; so do\n"
-        "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token.\n"
+        "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token,\n"
+        "and several --dtype values (float32,bfloat16: the BF16 linears' activations rounded to bf16).\n"
         "--breakdown (one variant) then times one more run's decode steps per layer and phase\n"
         "(attention, router, routed experts, shared expert, dense MLP, lm_head) with the bytes each\n"
         "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
@@ -73,6 +74,9 @@ int run_latency(int argc, char** argv) {
     return out;
   };
   const std::vector<std::string> quantizations = split(a.get("quantization", ""));
+  std::vector<std::string> dtypes = split(a.get("dtype", ""));
+  if (dtypes.empty()) dtypes.push_back("float32");
+  for (const std::string& d : dtypes) QuantizationRequest::parse_bf16_activations(d);  // refused before any loading
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if ((a.has("batch") || a.has("step-tokens")) && !a.has("breakdown"))
@@ -104,9 +108,11 @@ int run_latency(int argc, char** argv) {
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
   if (!speculative.empty()) {
-    if (a.has("breakdown") || quantizations.size() > 1 || kv_dtypes.size() > 1)
-      throw Error("bench latency: --speculative-config takes one --quantization and one --kv-cache-dtype, no --breakdown");
+    if (a.has("breakdown") || quantizations.size() > 1 || kv_dtypes.size() > 1 || dtypes.size() > 1)
+      throw Error(
+          "bench latency: --speculative-config takes one --quantization, --dtype and --kv-cache-dtype, no --breakdown");
     mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
+    mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dtypes[0]);
     Model model(a.require("model"), mo);
     std::vector<LatencyVariant> variants;
     variants.push_back({"plain", &model, {}, parse_kv_cache_dtype(kv_dtypes[0]), {}});
@@ -127,8 +133,9 @@ int run_latency(int argc, char** argv) {
     std::fputs(format_latency_comparison(variants, o).c_str(), stdout);
     return 0;
   }
-  if (quantizations.size() <= 1 && kv_dtypes.size() == 1) {
+  if (quantizations.size() <= 1 && kv_dtypes.size() == 1 && dtypes.size() == 1) {
     mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
+    mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dtypes[0]);
     o.kv_cache_dtype = parse_kv_cache_dtype(kv_dtypes[0]);
     Model model(a.require("model"), mo);
     const LatencyResult r = run_latency_bench(model, o);
@@ -144,20 +151,26 @@ int run_latency(int argc, char** argv) {
         }
     return 0;
   }
-  if (a.has("breakdown")) throw Error("bench latency: --breakdown takes one --quantization and one --kv-cache-dtype");
-  // Every quantization x every KV dtype; one loading per quantization.
+  if (a.has("breakdown"))
+    throw Error("bench latency: --breakdown takes one --quantization, --dtype and --kv-cache-dtype");
+  // Every quantization x activation dtype x KV dtype; one loading per quantization and dtype.
   std::vector<std::unique_ptr<Model>> models;
   std::vector<LatencyVariant> variants;
   for (const std::string& q : quantizations.empty() ? std::vector<std::string>{""} : quantizations) {
-    mo.quantization = QuantizationRequest::parse(q);
-    models.push_back(std::make_unique<Model>(a.require("model"), mo));
-    const std::string weights = q.empty() || q == "none" ? "float" : q;
-    for (const std::string& d : kv_dtypes) {
-      const KvCacheDtype kv = parse_kv_cache_dtype(d);
-      const std::string label = kv_dtypes.size() == 1 ? weights
-                                : quantizations.size() <= 1 ? "kv " + std::string(kv_cache_dtype_name(kv))
-                                                            : weights + "/" + std::string(kv_cache_dtype_name(kv));
-      variants.push_back({label, models.back().get(), {}, kv, {}});
+    for (const std::string& dt : dtypes) {
+      mo.quantization = QuantizationRequest::parse(q);
+      mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dt);
+      models.push_back(std::make_unique<Model>(a.require("model"), mo));
+      std::string weights = q.empty() || q == "none" ? "float" : q;
+      if (dtypes.size() > 1) weights += mo.quantization.bf16_activations ? " bf16-act" : " f32-act";
+      for (const std::string& d : kv_dtypes) {
+        const KvCacheDtype kv = parse_kv_cache_dtype(d);
+        const std::string label = kv_dtypes.size() == 1 ? weights
+                                  : quantizations.size() <= 1 && dtypes.size() == 1
+                                      ? "kv " + std::string(kv_cache_dtype_name(kv))
+                                      : weights + "/" + std::string(kv_cache_dtype_name(kv));
+        variants.push_back({label, models.back().get(), {}, kv, {}});
+      }
     }
   }
   run_latency_comparison(variants, o);
@@ -168,13 +181,14 @@ int run_latency(int argc, char** argv) {
 int run_throughput(int argc, char** argv) {
   const Args a(argc, argv, 3,
                {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
-                "seed", "quantization", "speculative-config", "prompt-file"},
+                "seed", "quantization", "dtype", "speculative-config", "prompt-file"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
         "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
-        "                             [--quantization int4|w4a16|w4a8|w8a8] [--speculative-config JSON]\n"
+        "                             [--quantization int4|w4a16|w4a8|w8a8] [--dtype auto|float32|bfloat16]\n"
+        "                             [--speculative-config JSON]\n"
         "                             [--prompt-file FILE]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
         "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
@@ -187,6 +201,7 @@ int run_throughput(int argc, char** argv) {
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
+  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
   Model model(a.require("model"), mo);
   ThroughputOptions o;
   o.input_len = a.get_int("input-len", o.input_len);

@@ -17,14 +17,15 @@ namespace kimi::cli {
 
 int run_chat(int argc, char** argv) {
   const Args a(argc, argv, 2,
-               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization",
+               {"model", "system", "max-tokens", "temperature", "top-p", "seed", "threads", "max-model-len", "quantization", "dtype",
                 "kv-cache-dtype", "speculative-config"},
                {"help", "no-thinking"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi chat --model DIR [--system TEXT] [--max-tokens 512] [--temperature 0.6] [--top-p 0.95]\n"
         "                 [--seed S] [--threads N] [--max-model-len 8192] [--no-thinking]\n"
-        "                 [--quantization int4|w4a16|w4a8|w8a8] [--kv-cache-dtype auto|bfloat16|fp8|float32]\n"
+        "                 [--quantization int4|w4a16|w4a8|w8a8] [--dtype auto|float32|bfloat16]\n"
+        "                 [--kv-cache-dtype auto|bfloat16|fp8|float32]\n"
         "                 [--speculative-config JSON]  (as kimi serve's)\n\n"
         "An interactive chat in the terminal with the model's own chat template; replies stream as\n"
         "they are generated. Type /reset to start over, /exit (or end of input) to quit.\n");
@@ -34,6 +35,7 @@ int run_chat(int argc, char** argv) {
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
+  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
   Model model(dir, mo);
   const Tokenizer tok = Tokenizer::load(dir);
   if (tok.chat_template().empty()) throw Error(dir + " has no chat template");

@@ -49,7 +49,7 @@ AttentionMode parse_attention(const std::string& s) {
 
 int run_generate(int argc, char** argv) {
   std::set<std::string> value_flags{"model", "prompt", "prompt-ids", "max-tokens", "temperature", "top-k", "top-p",
-                                    "seed", "threads", "attention", "quantization", "kv-cache-dtype", "speculative-config"};
+                                    "seed", "threads", "attention", "quantization", "dtype", "kv-cache-dtype", "speculative-config"};
   std::set<std::string> bool_flags{"help", "ignore-eos", "json", "warmup"};
   value_flags.insert(parallel_value_flags().begin(), parallel_value_flags().end());
   bool_flags.insert(parallel_bool_flags().begin(), parallel_bool_flags().end());
@@ -59,7 +59,7 @@ int run_generate(int argc, char** argv) {
         "usage: kimi generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
         "                     [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
         "                     [--ignore-eos] [--attention auto|naive|absorbed]\n"
-        "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8]\n"
+        "                     [--quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8] [--dtype auto|float32|bfloat16]\n"
         "                     [--kv-cache-dtype float32|auto|bfloat16|fp8] [--warmup] [--json]\n"
         "                     [--speculative-config JSON]  (as kimi serve's)\n"
         "                     [--tensor-parallel-size|-tp N] [--enable-expert-parallel]\n"
@@ -84,6 +84,7 @@ int run_generate(int argc, char** argv) {
   if (a.has("prompt-ids")) prompt = parse_ids(a.require("prompt-ids"));
   ModelOptions mo;
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
+  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
   const std::string dir = a.require("model");
   const ParallelArgs pa = parse_parallel_args(a);

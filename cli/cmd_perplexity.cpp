@@ -53,12 +53,14 @@ int run_perplexity(int argc, char** argv) {
   std::vector<char*> ptrs;
   for (std::string& w : words) ptrs.push_back(w.data());
   const Args a(int(ptrs.size()), ptrs.data(), 2,
-               {"model", "file", "ctx-size", "chunks", "threads", "quantization", "kv-cache-dtype"}, {"help"});
+               {"model", "file", "ctx-size", "chunks", "threads", "quantization", "dtype", "kv-cache-dtype"}, {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi perplexity --model DIR --file TEXT [--ctx-size|-c 512] [--chunks N] [--threads N]\n"
         "                       [--quantization Q[,Q...]]    (none (default), int4, w4a16, w4a8, w8a8,\n"
         "                                                      compressed-tensors, ascend)\n"
+        "                       [--dtype D[,D...]]           (float32 (default), bfloat16: the BF16 linears'\n"
+        "                                                      activations rounded to bf16)\n"
         "                       [--kv-cache-dtype D[,D...]]  (float32 (default), auto, bfloat16, fp8)\n\n"
         "Perplexity of the model over the text, as llama.cpp's llama-perplexity computes it: the\n"
         "file is tokenized as plain text (no BOS added, special-token text not parsed) and cut into\n"
@@ -68,8 +70,8 @@ int run_perplexity(int argc, char** argv) {
         "per chunk), so each scored token sees at least ctx/2 tokens before it. The text must hold\n"
         "at least one chunk (llama.cpp asks for two). --chunks N stops after N chunks.\n\n"
         "Prints PPL = exp(mean negative log-likelihood) +/- its standard error, the tokens scored\n"
-        "and the time. Several --quantization and/or --kv-cache-dtype values run every combination\n"
-        "over the same tokens (the model is loaded once per quantization), one table row each, with\n"
+        "and the time. Several --quantization, --dtype and/or --kv-cache-dtype values run every\n"
+        "combination over the same tokens (the model is loaded once per quantization and dtype), one table row each, with\n"
         "the ratio of its perplexity to the first row's and that ratio's standard error from the\n"
         "per-token differences. tokens/s counts every token run through the model (both halves).\n");
     return 0;
@@ -87,6 +89,9 @@ int run_perplexity(int argc, char** argv) {
   std::vector<KvCacheDtype> kvs;
   for (const std::string& k : kv_names) kvs.push_back(parse_kv_cache_dtype(k));
   for (const std::string& q : quants) QuantizationRequest::parse(q);
+  std::vector<std::string> dtypes = split_list(a.get("dtype", "float32"));
+  if (dtypes.empty()) dtypes.push_back("float32");
+  for (const std::string& d : dtypes) QuantizationRequest::parse_bf16_activations(d);
 
   const std::string text = read_file(path);
   if (text.empty()) throw Error("--file " + path + " is empty");
@@ -114,17 +119,21 @@ int run_perplexity(int argc, char** argv) {
   std::vector<Row> rows;
   std::vector<std::string> storage;
   for (const std::string& q : quants) {
-    mo.quantization = QuantizationRequest::parse(q);
-    Model model(dir, mo);  // one loading at a time: the previous one is released first
-    storage.push_back(q + ": " + model.weights().storage);
-    for (const KvCacheDtype kv : kvs) {
-      po.kv_cache_dtype = kv;
-      std::fprintf(stderr, "weights %s, kv %s: ", q.c_str(), std::string(kv_cache_dtype_name(kv)).c_str());
-      Row row{q, kv, evaluate_perplexity(model, tokens, po)};
-      std::fprintf(stderr, "\n");
-      rows.push_back(std::move(row));
+    for (const std::string& d : dtypes) {
+      mo.quantization = QuantizationRequest::parse(q);
+      mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(d);
+      const std::string weights = dtypes.size() > 1 ? q + (mo.quantization.bf16_activations ? " bf16-act" : " f32-act") : q;
+      Model model(dir, mo);  // one loading at a time: the previous one is released first
+      storage.push_back(weights + ": " + model.weights().storage);
+      for (const KvCacheDtype kv : kvs) {
+        po.kv_cache_dtype = kv;
+        std::fprintf(stderr, "weights %s, kv %s: ", weights.c_str(), std::string(kv_cache_dtype_name(kv)).c_str());
+        Row row{weights, kv, evaluate_perplexity(model, tokens, po)};
+        std::fprintf(stderr, "\n");
+        rows.push_back(std::move(row));
+      }
+      if (rows.size() == kvs.size()) std::printf("threads: %d\n", model.num_threads());
     }
-    if (&q == &quants.front()) std::printf("threads: %d\n", model.num_threads());
   }
 
   std::printf("\n%-20s %-10s %12s %10s %8s %9s %8s %9s %10s\n", "weights", "kv cache", "PPL", "+/-", "ratio", "+/-",

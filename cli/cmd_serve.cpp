@@ -66,6 +66,7 @@ void usage() {
       "  --allowed-origins L ([\"*\"])  --allowed-methods L ([\"*\"])  --allowed-headers L ([\"*\"])  --allow-credentials\n"
       "    (CORS; L a JSON list or comma-separated)\n"
       "  --quantization compressed-tensors|ascend|int4|w4a16|w4a8|w8a8 (default: as the checkpoint is stored)\n"
+      "  --dtype auto|float32|bfloat16 (auto = float32 activations; bfloat16 rounds the BF16 linears' inputs)\n"
       "  --tensor-parallel-size|-tp N  --data-parallel-size|-dp M  --enable-expert-parallel\n"
       "    (tp x dp processes over 127.0.0.1 or several nodes: each of the M replicas has its own scheduler\n"
       "    and KV cache, requests go to the least loaded; attention and dense layers split over a replica's\n"
@@ -95,7 +96,7 @@ int run_serve(int argc, char** argv) {
   std::set<std::string> value_flags{"host", "port", "api-key", "served-model-name", "max-model-len", "max-num-seqs",
                 "max-num-batched-tokens", "block-size", "seed", "max-waiting", "kv-cache-memory",
                 "gpu-memory-utilization", "chat-template", "tool-call-parser", "reasoning-parser", "threads",
-                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization",
+                "api-threads", "allowed-local-media-path", "scheduling-policy", "uvicorn-log-level", "quantization", "dtype",
                 "shutdown-timeout", "allowed-origins", "allowed-methods", "allowed-headers", "kv-cache-dtype",
                 "speculative-config", "kv-transfer-config"};
   std::set<std::string> bool_flags{"help", "allow-credentials", "enable-prefix-caching", "no-enable-prefix-caching", "enable-auto-tool-choice",
@@ -127,6 +128,7 @@ int run_serve(int argc, char** argv) {
 
   ModelOptions mo;
   mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
+  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
   const ParallelArgs pa = parse_parallel_args(a);
   if (pa.data_parallel_size > 1)
     for (const char* flag : {"kv-transfer-config", "speculative-config"})

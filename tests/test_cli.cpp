@@ -97,6 +97,23 @@ TEST(Cli, BenchLatencyComparesKvCacheDtypesInOneRun) {
             0);
 }
 
+// --dtype: bench latency compares f32 and bf16 activations in one run; generate refuses float16.
+TEST(Cli, DtypeSelectsTheActivations) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string();
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  const test::CmdResult r = test::run_kimi("bench latency --model " + dir +
+                                           " --input-len 8 --output-len 4 --num-iters 1 --dtype float32,bfloat16");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const char* row : {"\nfloat f32-act ", "\nfloat bf16-act ", "BF16 linears with bf16 activations"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << r.out;
+  const test::CmdResult g = test::run_kimi("generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 2 --dtype bfloat16");
+  EXPECT_EQ(g.status, 0) << g.out;
+  const test::CmdResult bad = test::run_kimi("generate --model " + dir + " --prompt-ids 1,2,3 --max-tokens 2 --dtype float16");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("not float16"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
   test::TempDir d;
   const std::string dir = (d.path() / "m").string();

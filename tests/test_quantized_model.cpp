@@ -254,6 +254,38 @@ TEST(QuantizedModel, Int4CheckpointRunsWithInt8ActivationsOnRequest) {
   EXPECT_GT(relative_error(logits_of(dir, "w4a8"), logits_of(dir)), 1e-5);
 }
 
+// `--dtype bfloat16`: the BF16 linears take bf16 activations (lm_head included), kv_b_proj (the
+// absorbed attention's f32 matrix), the router and integer experts keep theirs; the logits move
+// by about bf16's rounding, not more. A float16 request is refused.
+TEST(QuantizedModel, Bf16ActivationsOnRequest) {
+  test::TempDir d;
+  const auto bf16_dir = make(d, "");
+  const auto int4_dir = make(d, "int4");
+  ModelOptions o;
+  o.num_threads = 1;
+  o.quantization.bf16_activations = true;
+  const Model m(int4_dir, o);
+  EXPECT_EQ(m.weights().layers[1].attn.o.act_quant, ActivationQuant::Bf16);
+  EXPECT_EQ(m.weights().lm_head.act_quant, ActivationQuant::Bf16);
+  EXPECT_EQ(m.weights().layers[1].attn.kv_b.act_quant, ActivationQuant::None);
+  EXPECT_EQ(expert_up(m, 1, 5).act_quant, ActivationQuant::None);  // int4 with f32 activations
+  EXPECT_NE(m.weights().storage.find("with bf16 activations"), std::string::npos) << m.weights().storage;
+
+  Model bm(bf16_dir, o);
+  KvCache cache = bm.new_cache(int64_t(kPrompt.size()));
+  const std::vector<float> logits = forward_sequence(bm, kPrompt, cache, /*all_logits=*/true);
+  const double e = relative_error(logits, logits_of(bf16_dir));
+  EXPECT_LT(e, 0.03);
+  EXPECT_GT(e, 1e-6) << "bf16 activations changed nothing";
+  std::printf("[ quantized ] bf16 act      RMS logit error / RMS logit = %.4f\n", e);
+
+  EXPECT_FALSE(QuantizationRequest::parse_bf16_activations("auto"));
+  EXPECT_FALSE(QuantizationRequest::parse_bf16_activations("float32"));
+  EXPECT_TRUE(QuantizationRequest::parse_bf16_activations("BFloat16"));
+  EXPECT_THROW(QuantizationRequest::parse_bf16_activations("float16"), Error);
+  EXPECT_THROW(QuantizationRequest::parse_bf16_activations("int8"), Error);
+}
+
 TEST(QuantizedModel, AsymmetricGroupUsesItsZeroPoints) {
   test::TempDir d;
   const auto dir = make(d, "int4");

@@ -4,6 +4,7 @@
 //
 // usage: node compare.mjs --kimi BIN --model DIR --gguf FILE [--gguf-f32 FILE] [--threads N]
 //                         [--prompts K] [--prompt-len P] [--gen G] [--seed S] [--check] [--label TEXT]
+//                         [--kimi-dtype auto|float32|bfloat16]
 //
 // --model is the checkpoint directory kimi loads, --gguf its `kimi export-gguf` conversion.
 // Prompts are K pseudo-random sequences of P ids from the base (non-special) vocabulary, fed as
@@ -15,13 +16,15 @@
 // weights leave close logits and close MoE routing scores, so BF16 tokens may diverge).
 // --check: exit 1 unless every generated token agrees in the exact comparison (--gguf-f32 when
 // given, else --gguf); it fetches llama.cpp's logits so that a divergence reports the margin.
+// --kimi-dtype: kimi's --dtype (bfloat16: its BF16 linears round activations to bf16 too, the
+// precision llama.cpp's BF16 matmul computes at).
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function parseArgs(argv) {
-  const o = { threads: 2, prompts: 3, "prompt-len": 32, gen: 16, seed: 1, check: false, label: "" };
+  const o = { threads: 2, prompts: 3, "prompt-len": 32, gen: 16, seed: 1, check: false, label: "", "kimi-dtype": "" };
   for (let i = 0; i < argv.length; ++i) {
     const k = argv[i].replace(/^--/, "");
     if (k === "check") o.check = true;
@@ -51,6 +54,7 @@ function makePrompts(count, len, nBase, seed) {
 function runKimi(o, prompt) {
   const args = ["generate", "--model", o.model, "--prompt-ids", prompt.join(","), "--max-tokens", String(o.gen),
                 "--ignore-eos", "--temperature", "0", "--threads", String(o.threads), "--warmup", "--json"];
+  if (o["kimi-dtype"]) args.push("--dtype", o["kimi-dtype"]);
   const out = execFileSync(o.kimi, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
   const j = JSON.parse(out.trim().split("\n").pop());
   return { tokens: j.tokens, prefill: j.prefill_seconds, decode: j.decode_seconds, threads: j.threads };
@@ -193,7 +197,7 @@ async function main() {
   const w = (s, n) => String(s).padStart(n);
   console.log("");
   console.log(`${"".padEnd(18)}${w("prefill tok/s", 14)}${w("decode tok/s", 14)}`);
-  console.log(`${"kimi.cpp".padEnd(18)}${w(fmtRate(k.pn, k.p), 14)}${w(fmtRate(k.dn, k.d), 14)}`);
+  console.log(`${(o["kimi-dtype"] ? `kimi.cpp ${o["kimi-dtype"]}` : "kimi.cpp").padEnd(18)}${w(fmtRate(k.pn, k.p), 14)}${w(fmtRate(k.dn, k.d), 14)}`);
   console.log(`${"llama.cpp".padEnd(18)}${w(fmtRate(l.pn, l.p), 14)}${w(fmtRate(l.dn, l.d), 14)}`);
   console.log(`${"kimi / llama.cpp".padEnd(18)}${w((kp / lp).toFixed(2) + "x", 14)}${w((kd / ld).toFixed(2) + "x", 14)}`);
   if (lpp && lpd) {

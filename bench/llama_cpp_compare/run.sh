@@ -8,6 +8,7 @@
 #
 # usage: bench/llama_cpp_compare/run.sh [--preset small|tiny] [--dtype bf16|f32] [--threads N]
 #            [--kimi PATH] [--work DIR] [--prompts K] [--prompt-len P] [--gen G] [--check]
+#            [--kimi-dtype auto|float32|bfloat16]
 #
 #   --preset    the make-model preset (default small, the benchmark model)
 #   --dtype     the checkpoint's and the GGUF's float type (default bf16: the speed figures are
@@ -20,6 +21,8 @@
 #   --work      models, GGUF and npm packages go here (default: llama_cpp_compare/ next to --kimi)
 #   --prompts/--prompt-len/--gen  K prompts of P ids, G generated tokens each (default 3 x 128
 #               ids, 64 tokens; 3 x 32 ids, 16 tokens on tiny)
+#   --kimi-dtype  kimi's --dtype (bfloat16: activations rounded to bf16 in its BF16 linears, as
+#               llama.cpp's BF16 matmul does; default: kimi's float32 activations)
 #   --check     exit 1 unless every greedy token agrees in the exact (F32) comparison (the ctest
 #               llama_cpp_parity runs --preset tiny --dtype f32 --threads 1 --check)
 # Exits 77 when the npm packages cannot be installed (no registry) or the platform has no
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     --prompt-len) prompt_len=$2; shift 2 ;;
     --gen) gen=$2; shift 2 ;;
     --check) extra+=(--check); shift ;;
+    --kimi-dtype) extra+=(--kimi-dtype "$2"); shift 2 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
   esac

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/bf16_dot.h"
 #include "kernels/kernels_impl.h"
 #include "kernels/quant_kernels.h"
 
@@ -36,13 +37,31 @@ constexpr int64_t kMinMacsToShare = int64_t(1) << 13;
 constexpr int64_t kRowBlock = 4;
 
 // One job's share of a batch: its row blocks are [first_block, first_block + blocks) of the
-// batch's; integer formats carry their prepared activations and kernel variant.
+// batch's; integer formats carry their prepared activations and kernel variant, bf16 activations
+// their rounded copy (for the AVX512_BF16 kernel, or widened back for the f32 kernels).
 struct BatchPart {
   const MatmulJob* job;
   int64_t first_block, blocks;
   const kernels::QuantKernelTable* quant = nullptr;
   kernels::PreparedInput prepared;
+  kernels::Bf16DotRows bf16_dot = nullptr;
+  std::vector<uint16_t> xb;
+  std::vector<float> x_rounded;
 };
+
+// x rounded to bf16 once per product, before the threads share its rows: as bf16 for the
+// AVX512_BF16 kernel when the table is AVX-512's (the tests' choice of ISA is kept), else widened
+// back to f32 for k's own kernels (the same values).
+void prepare_bf16_activations(const kernels::KernelTable& k, const MatmulJob& j, BatchPart& p) {
+  const int64_t count = j.n * j.w.cols;
+  p.xb.resize(size_t(count));
+  kernels::round_to_bf16(j.x, count, p.xb.data());
+  if (k.isa == Isa::Avx512) p.bf16_dot = kernels::bf16_dot_rows();
+  if (p.bf16_dot) return;
+  p.x_rounded.resize(size_t(count));
+  for (int64_t i = 0; i < count; ++i) p.x_rounded[size_t(i)] = bf16_to_f32(p.xb[size_t(i)]);
+  p.xb = {};
+}
 
 // Integer-format jobs use `quant` when given (the tests' choice of variant), else the best
 // variant within k's ISA.
@@ -66,6 +85,8 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
       const kernels::QuantKernelTable& t = quant ? *quant : kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
       p.quant = kernels::quant_simd_supports(j.w, t.lanes) ? &t : &kernels::kQuantScalar;
       kernels::prepare_input(pool, *p.quant, j.w, j.x, j.n, p.prepared);
+    } else if (j.w.act_quant == ActivationQuant::Bf16) {
+      prepare_bf16_activations(k, j, p);
     }
     total_blocks += p.blocks;
     total_macs += j.w.rows * j.w.cols * j.n;
@@ -85,8 +106,10 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
       const int64_t r0 = (b - p.first_block) * kRowBlock, r1 = std::min(j.w.rows, (end - p.first_block) * kRowBlock);
       if (p.quant)
         p.quant->matmul_rows(j.w, p.prepared.in, j.y, r0, r1);
+      else if (p.bf16_dot)
+        p.bf16_dot(j.w, p.xb.data(), j.n, j.y, r0, r1);
       else
-        k.matmul_rows(j.w, j.x, j.n, j.y, r0, r1);
+        k.matmul_rows(j.w, p.x_rounded.empty() ? j.x : p.x_rounded.data(), j.n, j.y, r0, r1);
       b = end;
     }
   });

@@ -77,6 +77,10 @@ void validate_weight(const WeightMatrix& w, const char* what) {
     case WeightFormat::Dense:
       if (w.dtype != DType::F32 && w.dtype != DType::F16 && w.dtype != DType::BF16)
         fail("has unsupported weight dtype " + std::string(dtype_name(w.dtype)) + " (expected F32, F16 or BF16)");
+      if (w.act_quant == ActivationQuant::Bf16 && w.dtype != DType::BF16)
+        fail("has bf16 activations but " + std::string(dtype_name(w.dtype)) + " weights (they need BF16)");
+      if (w.act_quant != ActivationQuant::None && w.act_quant != ActivationQuant::Bf16)
+        fail("is float and cannot take int8 activations");
       return;
     case WeightFormat::Int4Group:
     case WeightFormat::Int8Group: break;

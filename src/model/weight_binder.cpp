@@ -51,6 +51,15 @@ QuantizationRequest QuantizationRequest::parse(const std::string& value) {
   return r;
 }
 
+bool QuantizationRequest::parse_bf16_activations(const std::string& dtype) {
+  const std::string v = lower(dtype);
+  if (v.empty() || v == "auto" || v == "float32" || v == "float") return false;
+  if (v == "bfloat16") return true;
+  if (v == "float16" || v == "half")
+    throw Error("--dtype " + dtype + ": kimi computes with float32 or bfloat16 activations, not float16");
+  throw Error("--dtype " + dtype + ": expected auto, float32 or bfloat16");
+}
+
 WeightBinder::WeightBinder(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& request)
     : ckpt_(ckpt), request_(request) {
   const std::string source = (ckpt.dir() / "config.json").string();
@@ -264,10 +273,15 @@ WeightMatrix WeightBinder::linear(const std::string& module, int64_t rows, int64
     }
     return need_float ? dequantize(*stored) : *stored;
   }
-  const WeightMatrix w = dense(module + ".weight", rows, cols);
+  WeightMatrix w = dense(module + ".weight", rows, cols);
   const LinearQuant target = linear_quant(request_.preset, module);
-  if (need_float || target.format == WeightFormat::Dense) return w;
-  return quantize(w, target);
+  if (need_float) return w;
+  if (target.format != WeightFormat::Dense) return quantize(w, target);
+  if (request_.bf16_activations && w.dtype == DType::BF16) {
+    w.act_quant = ActivationQuant::Bf16;
+    ++bf16_activation_linears_;
+  }
+  return w;
 }
 
 WeightMatrix WeightBinder::dense(const std::string& name, int64_t rows, int64_t cols) {
@@ -299,6 +313,7 @@ std::string WeightBinder::storage_summary() const {
   if (quantized_on_load_)
     s += "; " + std::to_string(quantized_on_load_) + " linears quantized on load (" +
          std::string(quant_preset_name(request_.preset)) + ")";
+  if (bf16_activation_linears_) s += "; " + std::to_string(bf16_activation_linears_) + " BF16 linears with bf16 activations";
   return s;
 }
 

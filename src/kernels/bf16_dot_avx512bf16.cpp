@@ -1,0 +1,145 @@
+// The AVX512_BF16 kernels of bf16_dot.h (compiled with -mavx512bf16; only reached through
+// bf16_dot_rows() when the CPU has it).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "kernels/avx512_traits.h"
+#include "kernels/bf16_dot.h"
+
+namespace kimi::kernels {
+namespace {
+
+constexpr int kRows = 4;    // rows per register tile
+constexpr int kTokens = 6;  // tokens per register tile: 4 x 6 accumulators + 6 x loads + 1 weight load
+// Rows swept by every token block while they stay in L2 (a quarter of a 1 MiB L2).
+constexpr int64_t kChunkBytes = int64_t(256) << 10;
+// Decode reads rows up to this long one at a time (the f32 GEMV's kGemvShortRowBytes).
+constexpr int64_t kShortRowBytes = 2048;
+// Software prefetch distance per weight row, in bf16 elements (768 bytes, as the f32 kernels').
+constexpr int64_t kBf16PrefetchAhead = 384;
+
+inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
+
+// rows x tokens dot products over whole rows; U independent accumulators per pair keep the
+// VDPBF16PS chains short when the tile is small (the GEMV).
+// prefetch: the rows stream from memory (one pass over them): each row's line kBf16PrefetchAhead
+// ahead, and past a row's end the same line of the next tile's row (next_rows of them follow,
+// contiguous), so that a tile of short rows does not start from DRAM.
+template <int R, int T, int U>
+void tile(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy, bool prefetch, int next_rows) {
+  __m512 acc[U][R][T];
+  for (int u = 0; u < U; ++u)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 * U <= cols; k += 32 * U) {
+    for (int u = 0; u < U; ++u) {
+      const int64_t kk = k + 32 * u;
+      __m512bh xv[T];
+      for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * cols + kk));
+      for (int r = 0; r < R; ++r) {
+        if (prefetch) {
+          const int64_t at = kk + kBf16PrefetchAhead;
+          if (at < cols)
+            __builtin_prefetch(w + r * cols + at, 0, 3);
+          else if (r < next_rows)
+            __builtin_prefetch(w + (r + R) * cols + (at - cols), 0, 3);
+        }
+        const __m512bh wv = as_bh(_mm512_loadu_si512(w + r * cols + kk));
+        for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv, xv[t]);
+      }
+    }
+  }
+  for (; k < cols; k += 32) {  // the rest, 32 at a time, zero-filled past the row's end
+    const __mmask32 m = cols - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (cols - k)) - 1;
+    __m512bh xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_maskz_loadu_epi16(m, x + t * cols + k));
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w + r * cols + k));
+      for (int t = 0; t < T; ++t) acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], wv, xv[t]);
+    }
+  }
+  for (int u = 1; u < U; ++u)
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[0][r][t] = _mm512_add_ps(acc[0][r][t], acc[u][r][t]);
+  for (int t = 0; t < T; ++t) {
+    if constexpr (R == 4)
+      Avx512Traits::reduce4(acc[0][0][t], acc[0][1][t], acc[0][2][t], acc[0][3][t], y + t * ldy);
+    else
+      for (int r = 0; r < R; ++r) y[t * ldy + r] = Avx512Traits::reduce(acc[0][r][t]);
+  }
+}
+
+template <int R, int T>
+void run(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy, bool prefetch, int next_rows) {
+  if constexpr (T <= 2)
+    tile<R, T, 2>(w, cols, x, y, ldy, prefetch, next_rows);
+  else
+    tile<R, T, 1>(w, cols, x, y, ldy, prefetch, next_rows);
+}
+
+template <int R, int... Ts>
+void dispatch_tokens(int tokens, const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy,
+                     bool prefetch, int next_rows, std::integer_sequence<int, Ts...>) {
+  (void)((tokens == Ts + 1 && (run<R, Ts + 1>(w, cols, x, y, ldy, prefetch, next_rows), true)) || ...);
+}
+
+template <int... Rs>
+void dispatch(int rows, int tokens, const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy,
+              bool prefetch, int next_rows, std::integer_sequence<int, Rs...>) {
+  (void)((rows == Rs + 1 && (dispatch_tokens<Rs + 1>(tokens, w, cols, x, y, ldy, prefetch, next_rows,
+                                                      std::make_integer_sequence<int, kTokens>{}),
+                             true)) ||
+         ...);
+}
+
+void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1) {
+  const auto* base = static_cast<const uint16_t*>(w.data);
+  const int64_t cols = w.cols, ldy = w.rows;
+  if (cols == 0) {
+    for (int64_t t = 0; t < n; ++t) std::fill(y + t * ldy + r0, y + t * ldy + r1, 0.0f);
+    return;
+  }
+  // Decode over short rows (an expert's down projection): one row at a time, so the weights are
+  // one sequential stream (as the f32 GEMV reads them; four rows a few KiB apart start four).
+  if (n == 1 && cols * 2 <= kShortRowBytes) {
+    for (int64_t r = r0; r < r1; ++r) tile<1, 1, 2>(base + r * cols, cols, xb, y + r, ldy, true, r + 1 < r1 ? 1 : 0);
+    return;
+  }
+  // A chunk of rows is swept by every block of tokens while it stays in L2; with one token block
+  // (decode, verification) that is one pass over the rows, streamed from memory: prefetch it.
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (cols * 2) / kRows * kRows, kRows, 128);
+  const bool prefetch = n <= kTokens;
+  for (int64_t rc = r0; rc < r1; rc += chunk) {
+    const int64_t rc_end = std::min(r1, rc + chunk);
+    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+      const int tokens = int(std::min<int64_t>(kTokens, n - t0));
+      for (int64_t r = rc; r < rc_end; r += kRows)
+        dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens, base + r * cols, cols, xb + t0 * cols,
+                 y + t0 * ldy + r, ldy, prefetch, int(std::clamp<int64_t>(rc_end - r - kRows, 0, kRows)),
+                 std::make_integer_sequence<int, kRows>{});
+    }
+  }
+}
+
+}  // namespace
+
+// Defined here, declared in bf16_dot.cpp: the AVX512_BF16 rounding of activations.
+void round_to_bf16_avx512bf16(const float* x, int64_t count, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(dst + i, reinterpret_cast<const __m512i&>(v));
+  }
+  for (; i < count; i += 16) {
+    const __mmask16 m = count - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - i)) - 1);
+    const __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, x + i));
+    _mm256_mask_storeu_epi16(dst + i, m, reinterpret_cast<const __m256i&>(v));
+  }
+}
+
+Bf16DotRows bf16_dot_rows_avx512bf16() { return &matmul_rows_bf16dot; }
+
+}  // namespace kimi::kernels
