@@ -82,9 +82,9 @@ class Eagle3DraftMini : public ::testing::Test {
   int64_t n() const { return int64_t(prompt_.size()); }
 
   std::unique_ptr<Eagle3Proposer> proposer(const std::filesystem::path& dir, const WeightMatrix* embed = nullptr,
-                                           KvCacheDtype kv = KvCacheDtype::Float32) {
+                                           KvCacheDtype kv = KvCacheDtype::Float32, bool bf16_activations = false) {
     return std::make_unique<Eagle3Proposer>(dir, model_->config(), model_->pool(),
-                                            Eagle3ProposerOptions{kNumBlocks, kBlockSize, embed, kv});
+                                            Eagle3ProposerOptions{kNumBlocks, kBlockSize, embed, kv, bf16_activations});
   }
   ProposeRequest request(std::span<const float> capture, int64_t first, int64_t count, int64_t num_drafts) const {
     return {.request_id = "r",
@@ -215,6 +215,22 @@ TEST_F(Eagle3DraftMini, Bf16KvRowsKeepTheGoldenDrafts) {
     EXPECT_GT(max_diff(a.data(), b.data(), int64_t(a.size())), 0.0f) << "the rows were not narrowed";
   }
   std::printf("bf16 KV rows: largest difference from the golden logits %.3f of the tolerance\n", double(max_seen_));
+}
+
+// With the target's `--dtype bfloat16` the draft's linears round their inputs to bf16 as well:
+// the golden drafts, logits within the bf16 bound above, and not the f32 logits exactly.
+TEST_F(Eagle3DraftMini, Bf16ActivationsKeepTheGoldenDrafts) {
+  auto f32 = proposer(draft_dir_);
+  f32->set_keep_logits(true);
+  EXPECT_EQ(propose_one(*f32, request(capture_, 0, n(), 3)), drafts_);
+  auto bf16 = proposer(draft_dir_, nullptr, KvCacheDtype::Float32, /*bf16_activations=*/true);
+  bf16->set_keep_logits(true);
+  EXPECT_EQ(propose_one(*bf16, request(capture_, 0, n(), 3)), drafts_);
+  expect_golden_logits(*bf16, "bf16 activations", 192.0f);
+  const std::vector<float>& a = f32->last_logits()[0];
+  const std::vector<float>& b = bf16->last_logits()[0];
+  EXPECT_GT(max_diff(a.data(), b.data(), int64_t(a.size())), 0.0f) << "the activations were not rounded";
+  std::printf("bf16 activations: largest difference from the golden logits %.3f of the tolerance\n", double(max_seen_));
 }
 
 TEST_F(Eagle3DraftMini, TargetCaptureGivesGoldenDrafts) {

@@ -174,6 +174,20 @@ TEST_F(SpeculativeTest, ABf16CacheNarrowsTheDraftsRowsAndChangesNoToken) {
             target_bytes + 2 * dc.num_key_value_heads * dc.head_dim * int64_t(sizeof(uint16_t)));
 }
 
+// With `--dtype bfloat16` the target and its draft both round their activations to bf16: the
+// tokens are still exactly the (bf16-activation) target's own, and the draft is still accepted.
+TEST_F(SpeculativeTest, Bf16ActivationsChangeNoTokenOfTheirTarget) {
+  ModelOptions o;
+  o.quantization.bf16_activations = true;
+  Model bf16(test::mini_model_dir(), o);
+  const auto ps = prompts();
+  Engine plain(bf16, nullptr, config(""));
+  const auto want = run(plain, ps, greedy(32));
+  Engine spec(bf16, nullptr, config(eagle3(3)));
+  EXPECT_EQ(run(spec, ps, greedy(32)), want);
+  EXPECT_GT(spec.stats().spec_accepted_tokens, 20);
+}
+
 TEST_F(SpeculativeTest, ADraftThatDoesNotFitIsAClearError) {
   test::TempDir dir;
   // A draft for another target: the tiny preset's hidden size.

@@ -109,7 +109,8 @@ Eagle3Config Eagle3Config::load(const std::filesystem::path& dir, const ModelCon
 }
 
 Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks,
-                         int64_t block_size, const WeightMatrix* target_embedding, KvCacheDtype kv_dtype)
+                         int64_t block_size, const WeightMatrix* target_embedding, KvCacheDtype kv_dtype,
+                         bool bf16_activations)
     : config_(Eagle3Config::load(dir, target)),
       target_vocab_(target.vocab_size),
       rope_([&] {
@@ -140,7 +141,9 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
   checkpoint_ = std::make_unique<Checkpoint>(dir);
   const Checkpoint& ck = *checkpoint_;
   const ModelConfig float_weights;  // no quantization_config: the draft is stored in float
-  WeightBinder bind(ck, float_weights, QuantizationRequest{});
+  QuantizationRequest request;  // stored as is (float); only the activations follow the target
+  request.bf16_activations = bf16_activations;
+  WeightBinder bind(ck, float_weights, request);
   const int64_t H = c.hidden_size, T = c.target_hidden_size, hd = c.head_dim;
   const int64_t qd = c.num_attention_heads * hd;
   kv_dim_ = c.num_key_value_heads * hd;

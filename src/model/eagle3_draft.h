@@ -75,8 +75,11 @@ class Eagle3Draft {
   // target's model.embed_tokens, which must then be given and outlive the draft). The KV storage
   // holds num_blocks * block_size rows, zero (pages mapped as they are first written), in the
   // element type Eagle3Config::draft_kv_element_bytes gives for the target cache's kv_dtype.
+  // bf16_activations: its BF16 linears round their inputs to bf16, as the target's do under
+  // `--dtype bfloat16`.
   Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
-              const WeightMatrix* target_embedding = nullptr, KvCacheDtype kv_dtype = KvCacheDtype::Float32);
+              const WeightMatrix* target_embedding = nullptr, KvCacheDtype kv_dtype = KvCacheDtype::Float32,
+              bool bf16_activations = false);
 
   const Eagle3Config& config() const { return config_; }
   int64_t target_vocab_size() const { return target_vocab_; }

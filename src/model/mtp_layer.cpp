@@ -26,7 +26,7 @@ int64_t MtpLayer::kv_bytes_per_token(const ModelConfig& target, KvCacheDtype kv_
 }
 
 MtpLayer::MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
-                   const WeightMatrix* target_embedding, int64_t index, KvCacheDtype kv_dtype)
+                   const WeightMatrix* target_embedding, int64_t index, KvCacheDtype kv_dtype, bool bf16_activations)
     : config_(target),
       cache_config_(one_layer(target)),
       layer_(target.num_hidden_layers + index),
@@ -46,7 +46,9 @@ MtpLayer::MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, 
   if (!ck.contains(enorm_name))
     throw Error(dir.string() + ": config says num_nextn_predict_layers " + std::to_string(c.num_nextn_predict_layers) +
                 " but the checkpoint has no '" + enorm_name + "' (no MTP layer weights)");
-  WeightBinder bind(ck, c, QuantizationRequest{});
+  QuantizationRequest request;  // stored as is (float); only the activations follow the target
+  request.bf16_activations = bf16_activations;
+  WeightBinder bind(ck, c, request);
   enorm_ = bind.vector(enorm_name, H);
   hnorm_ = bind.vector(layer_tensor(c, layer_, "hnorm.weight"), H);
   eh_proj_ = bind.linear(layer_tensor(c, layer_, "eh_proj"), H, 2 * H);

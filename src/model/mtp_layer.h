@@ -45,9 +45,10 @@ class MtpLayer {
   // model.embed_tokens, which must then be given and outlive the layer). kimi::Error when the
   // config has no such MTP layer or a tensor is missing. The KV storage holds num_blocks *
   // block_size rows of kv_dtype (the target cache's: the layer's rows are MLA rows like its own).
+  // bf16_activations: its BF16 linears round their inputs to bf16 (the target's `--dtype bfloat16`).
   MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, int64_t num_blocks, int64_t block_size,
            const WeightMatrix* target_embedding = nullptr, int64_t index = 0,
-           KvCacheDtype kv_dtype = KvCacheDtype::Float32);
+           KvCacheDtype kv_dtype = KvCacheDtype::Float32, bool bf16_activations = false);
 
   // Bytes the layer's cache keeps per token (one MLA row of kv_dtype), for a KV budget.
   static int64_t kv_bytes_per_token(const ModelConfig& target, KvCacheDtype kv_dtype);

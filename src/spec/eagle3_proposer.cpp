@@ -11,14 +11,16 @@ Eagle3Proposer::Eagle3Proposer(const std::filesystem::path& draft_dir, const Mod
                                const Eagle3ProposerOptions& options)
     : pool_(pool),
       target_hidden_(target.hidden_size),
-      draft_(draft_dir, target, options.num_blocks, options.block_size, options.target_embedding, options.kv_dtype) {}
+      draft_(draft_dir, target, options.num_blocks, options.block_size, options.target_embedding, options.kv_dtype,
+             options.bf16_activations) {}
 
 Eagle3Proposer::Eagle3Proposer(const std::filesystem::path& draft_dir, const ModelConfig& target, int num_threads,
                                const Eagle3ProposerOptions& options)
     : own_pool_(std::make_unique<ThreadPool>(num_threads)),
       pool_(*own_pool_),
       target_hidden_(target.hidden_size),
-      draft_(draft_dir, target, options.num_blocks, options.block_size, options.target_embedding, options.kv_dtype) {}
+      draft_(draft_dir, target, options.num_blocks, options.block_size, options.target_embedding, options.kv_dtype,
+             options.bf16_activations) {}
 
 void Eagle3Proposer::propose(std::span<const ProposeRequest> requests, std::vector<std::vector<int32_t>>& drafts) {
   drafts.assign(requests.size(), {});

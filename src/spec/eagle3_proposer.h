@@ -22,6 +22,7 @@ struct Eagle3ProposerOptions {
   // outlive the proposer); may be null for drafts that carry their own.
   const WeightMatrix* target_embedding = nullptr;
   KvCacheDtype kv_dtype = KvCacheDtype::Float32;  // the target cache's (the draft's rows follow it)
+  bool bf16_activations = false;                   // the target's `--dtype bfloat16`
 };
 
 class Eagle3Proposer : public Proposer {

@@ -11,7 +11,8 @@ namespace kimi::spec {
 MtpProposer::MtpProposer(const std::filesystem::path& target_dir, const ModelConfig& target, ThreadPool& pool,
                          const MtpProposerOptions& options)
     : pool_(pool),
-      layer_(target_dir, target, options.num_blocks, options.block_size, options.target_embedding, 0, options.kv_dtype),
+      layer_(target_dir, target, options.num_blocks, options.block_size, options.target_embedding, 0, options.kv_dtype,
+             options.bf16_activations),
       final_norm_(options.target_final_norm.begin(), options.target_final_norm.end()) {
   if (int64_t(final_norm_.size()) != target.hidden_size)
     throw Error("MTP proposer: the target's final norm has " + std::to_string(final_norm_.size()) + " values, not " +

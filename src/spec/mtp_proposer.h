@@ -29,6 +29,7 @@ struct MtpProposerOptions {
   // last-layer output before it reaches the MTP layer; copied.
   std::span<const float> target_final_norm;
   KvCacheDtype kv_dtype = KvCacheDtype::Float32;  // the target cache's
+  bool bf16_activations = false;                   // the target's `--dtype bfloat16`
 };
 
 class MtpProposer : public Proposer {

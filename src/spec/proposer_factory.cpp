@@ -21,13 +21,15 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, Model& targe
     case Method::Eagle3:
       // The draft shares the target's threads and, when it has none of its own, its embeddings.
       return std::make_unique<Eagle3Proposer>(c.model, target.config(), target.pool(),
-                                              Eagle3ProposerOptions{num_blocks, block_size, &target.weights().embed, kv_dtype});
+                                              Eagle3ProposerOptions{num_blocks, block_size, &target.weights().embed, kv_dtype,
+                                                                    target.bf16_activations()});
     case Method::Mtp:
       // The target's own checkpoint holds the layer; it shares the target's threads, embedding
       // (when it has none of its own) and final norm.
       return std::make_unique<MtpProposer>(
           target.dir(), target.config(), target.pool(),
-          MtpProposerOptions{num_blocks, block_size, &target.weights().embed, target.weights().final_norm, kv_dtype});
+          MtpProposerOptions{num_blocks, block_size, &target.weights().embed, target.weights().final_norm, kv_dtype,
+                             target.bf16_activations()});
     case Method::None: return nullptr;
   }
   throw Error(std::string("internal: no proposer for method ") + method_name(c.method));
