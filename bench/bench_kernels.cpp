@@ -130,6 +130,24 @@ void BM_Gemm(benchmark::State& state) {
   state.SetLabel(std::string(isa_name(isa)));
 }
 
+// The timed loop of the BF16-weight products below: [n, cols] x [rows, cols]^T, the weights
+// rotating over > LLC of copies when cold (like BM_Gemv).
+void time_bf16_products(benchmark::State& state, int64_t rows, int64_t cols, int64_t n, bool cold, Isa isa,
+                        ActivationQuant act) {
+  ThreadPool pool(bench_threads());
+  const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
+  const std::vector<float> x = activations(n * cols);
+  std::vector<float> y(size_t(n * rows));
+  int64_t i = 0;
+  for (auto _ : state) {
+    WeightMatrix m = w.at(i++);
+    m.act_quant = act;
+    matmul(pool, m, x.data(), n, y.data(), isa);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+}
+
 // Args: rows, cols, tokens, cold, act (0: f32 activations, 1: rounded to bf16, `--dtype
 // bfloat16`), on the best ISA; bf16 runs the AVX512_BF16 kernel (kernels/bf16_dot.h) and is
 // skipped by name on CPUs without it. Prefill GEMMs and decode GEMVs of the real expert shapes.
@@ -140,18 +158,7 @@ void BM_Bf16Activations(benchmark::State& state) {
     state.SkipWithError("this CPU lacks avx512_bf16");
     return;
   }
-  ThreadPool pool(bench_threads());
-  const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
-  const std::vector<float> x = activations(n * cols);
-  std::vector<float> y(size_t(n * rows));
-  int64_t i = 0;
-  for (auto _ : state) {
-    WeightMatrix m = w.at(i++);
-    if (bf16) m.act_quant = ActivationQuant::Bf16;
-    matmul(pool, m, x.data(), n, y.data());
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_bf16_products(state, rows, cols, n, cold, best_isa(), bf16 ? ActivationQuant::Bf16 : ActivationQuant::None);
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(bf16 ? "bf16 act " : "f32 act ") + std::string(isa_name(best_isa())) + (cold ? " cold" : ""));
 }
@@ -164,16 +171,7 @@ void BM_SmallBatch(benchmark::State& state) {
   const bool cold = state.range(3) != 0;
   const auto isa = Isa(state.range(4));
   if (skip_unsupported(state, isa)) return;
-  ThreadPool pool(bench_threads());
-  const Bf16Weights w(rows, cols, cold ? kColdBytes : 0);
-  const std::vector<float> x = activations(n * cols);
-  std::vector<float> y(size_t(n * rows));
-  int64_t i = 0;
-  for (auto _ : state) {
-    matmul(pool, w.at(i++), x.data(), n, y.data(), isa);
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
+  time_bf16_products(state, rows, cols, n, cold, isa, ActivationQuant::None);
   report_bytes(state, rows * cols * 2);
   state.SetLabel(std::string(isa_name(isa)) + (cold ? " cold" : " hot"));
 }
