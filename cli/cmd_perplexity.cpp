@@ -71,9 +71,10 @@ int run_perplexity(int argc, char** argv) {
         "at least one chunk (llama.cpp asks for two). --chunks N stops after N chunks.\n\n"
         "Prints PPL = exp(mean negative log-likelihood) +/- its standard error, the tokens scored\n"
         "and the time. Several --quantization, --dtype and/or --kv-cache-dtype values run every\n"
-        "combination over the same tokens (the model is loaded once per quantization and dtype), one table row each, with\n"
-        "the ratio of its perplexity to the first row's and that ratio's standard error from the\n"
-        "per-token differences. tokens/s counts every token run through the model (both halves).\n");
+        "combination over the same tokens (the model is loaded once per quantization and dtype),\n"
+        "one table row each, with the ratio of its perplexity to the first row's and that ratio's\n"
+        "standard error from the per-token differences. tokens/s counts every token run through the\n"
+        "model (both halves).\n");
     return 0;
   }
   const std::string dir = a.require("model");
