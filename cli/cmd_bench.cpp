@@ -111,8 +111,7 @@ int run_latency(int argc, char** argv) {
     if (a.has("breakdown") || quantizations.size() > 1 || kv_dtypes.size() > 1 || dtypes.size() > 1)
       throw Error(
           "bench latency: --speculative-config takes one --quantization, --dtype and --kv-cache-dtype, no --breakdown");
-    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
-    mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dtypes[0]);
+    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0], dtypes[0]);
     Model model(a.require("model"), mo);
     std::vector<LatencyVariant> variants;
     variants.push_back({"plain", &model, {}, parse_kv_cache_dtype(kv_dtypes[0]), {}});
@@ -134,8 +133,7 @@ int run_latency(int argc, char** argv) {
     return 0;
   }
   if (quantizations.size() <= 1 && kv_dtypes.size() == 1 && dtypes.size() == 1) {
-    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0]);
-    mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dtypes[0]);
+    mo.quantization = QuantizationRequest::parse(quantizations.empty() ? "" : quantizations[0], dtypes[0]);
     o.kv_cache_dtype = parse_kv_cache_dtype(kv_dtypes[0]);
     Model model(a.require("model"), mo);
     const LatencyResult r = run_latency_bench(model, o);
@@ -158,8 +156,7 @@ int run_latency(int argc, char** argv) {
   std::vector<LatencyVariant> variants;
   for (const std::string& q : quantizations.empty() ? std::vector<std::string>{""} : quantizations) {
     for (const std::string& dt : dtypes) {
-      mo.quantization = QuantizationRequest::parse(q);
-      mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(dt);
+      mo.quantization = QuantizationRequest::parse(q, dt);
       models.push_back(std::make_unique<Model>(a.require("model"), mo));
       std::string weights = q.empty() || q == "none" ? "float" : q;
       if (dtypes.size() > 1) weights += mo.quantization.bf16_activations ? " bf16-act" : " f32-act";
@@ -200,8 +197,7 @@ int run_throughput(int argc, char** argv) {
   }
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
-  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
-  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""), a.get("dtype", ""));
   Model model(a.require("model"), mo);
   ThroughputOptions o;
   o.input_len = a.get_int("input-len", o.input_len);

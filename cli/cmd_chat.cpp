@@ -34,8 +34,7 @@ int run_chat(int argc, char** argv) {
   const std::string dir = a.require("model");
   ModelOptions mo;
   mo.num_threads = int(a.get_int("threads", 0));
-  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
-  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""), a.get("dtype", ""));
   Model model(dir, mo);
   const Tokenizer tok = Tokenizer::load(dir);
   if (tok.chat_template().empty()) throw Error(dir + " has no chat template");

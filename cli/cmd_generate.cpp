@@ -83,8 +83,7 @@ int run_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   if (a.has("prompt-ids")) prompt = parse_ids(a.require("prompt-ids"));
   ModelOptions mo;
-  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
-  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""), a.get("dtype", ""));
   mo.attention_mode = parse_attention(a.get("attention", "auto"));
   const std::string dir = a.require("model");
   const ParallelArgs pa = parse_parallel_args(a);

@@ -121,8 +121,7 @@ int run_perplexity(int argc, char** argv) {
   std::vector<std::string> storage;
   for (const std::string& q : quants) {
     for (const std::string& d : dtypes) {
-      mo.quantization = QuantizationRequest::parse(q);
-      mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(d);
+      mo.quantization = QuantizationRequest::parse(q, d);
       const std::string weights = dtypes.size() > 1 ? q + (mo.quantization.bf16_activations ? " bf16-act" : " f32-act") : q;
       Model model(dir, mo);  // one loading at a time: the previous one is released first
       storage.push_back(weights + ": " + model.weights().storage);

@@ -127,8 +127,7 @@ int run_serve(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the server
 
   ModelOptions mo;
-  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""));
-  mo.quantization.bf16_activations = QuantizationRequest::parse_bf16_activations(a.get("dtype", ""));
+  mo.quantization = QuantizationRequest::parse(a.get("quantization", ""), a.get("dtype", ""));
   const ParallelArgs pa = parse_parallel_args(a);
   if (pa.data_parallel_size > 1)
     for (const char* flag : {"kv-transfer-config", "speculative-config"})

@@ -181,9 +181,10 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
     out += line;
     // The plain variant decodes through the same engine: its measured rate against its step time
     // is the engine's cost per step without speculation, which the speed-ups compare net of.
-    const LatencyVariant* plain = nullptr;
-    for (const LatencyVariant& v : variants)
-      if (!v.speculative.enabled() && v.model == variants.front().model && !plain) plain = &v;
+    const auto it = std::find_if(variants.begin(), variants.end(), [&](const LatencyVariant& v) {
+      return !v.speculative.enabled() && v.model == variants.front().model;
+    });
+    const LatencyVariant* plain = it == variants.end() ? nullptr : &*it;
     for (const LatencyVariant& v : variants) {
       if (!v.speculative.enabled()) continue;
       const SpeculativeFigures& f = v.result.speculative;

@@ -53,14 +53,15 @@ struct BatchPart {
 // AVX512_BF16 kernel when the table is AVX-512's (the tests' choice of ISA is kept), else widened
 // back to f32 for k's own kernels (the same values).
 void prepare_bf16_activations(const kernels::KernelTable& k, const MatmulJob& j, BatchPart& p) {
-  const int64_t count = j.n * j.w.cols;
-  p.xb.resize(size_t(count));
-  kernels::round_to_bf16(j.x, count, p.xb.data());
+  const size_t count = size_t(j.n * j.w.cols);
   if (k.isa == Isa::Avx512) p.bf16_dot = kernels::bf16_dot_rows();
-  if (p.bf16_dot) return;
-  p.x_rounded.resize(size_t(count));
-  for (int64_t i = 0; i < count; ++i) p.x_rounded[size_t(i)] = bf16_to_f32(p.xb[size_t(i)]);
-  p.xb = {};
+  if (p.bf16_dot) {
+    p.xb.resize(count);
+    kernels::round_to_bf16(j.x, int64_t(count), p.xb.data());
+    return;
+  }
+  p.x_rounded.resize(count);
+  for (size_t i = 0; i < count; ++i) p.x_rounded[i] = bf16_to_f32(f32_to_bf16(j.x[i]));
 }
 
 // Integer-format jobs use `quant` when given (the tests' choice of variant), else the best

@@ -51,6 +51,12 @@ QuantizationRequest QuantizationRequest::parse(const std::string& value) {
   return r;
 }
 
+QuantizationRequest QuantizationRequest::parse(const std::string& quantization, const std::string& dtype) {
+  QuantizationRequest r = parse(quantization);
+  r.bf16_activations = parse_bf16_activations(dtype);
+  return r;
+}
+
 bool QuantizationRequest::parse_bf16_activations(const std::string& dtype) {
   const std::string v = lower(dtype);
   if (v.empty() || v == "auto" || v == "float32" || v == "float") return false;

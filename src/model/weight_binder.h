@@ -34,6 +34,8 @@ struct QuantizationRequest {
 
   // Parses vLLM-style values: "" / "none", "compressed-tensors", "ascend", int4, w4a16, w4a8, w8a8.
   static QuantizationRequest parse(const std::string& value);
+  // Both flags at once: `--quantization` as above and `--dtype` (parse_bf16_activations).
+  static QuantizationRequest parse(const std::string& quantization, const std::string& dtype);
   // `--dtype`: "" / "auto" / "float32" / "float" -> f32 activations (kimi's default: vLLM's auto
   // would follow the checkpoint's bfloat16), "bfloat16" -> bf16; float16 / half are refused.
   static bool parse_bf16_activations(const std::string& dtype);
