@@ -181,7 +181,9 @@ void BM_SmallBatch(benchmark::State& state) {
 // Int4W4A16Zp8: the same int4 weights with explicit zero points, all 8 (the same products); on
 // AVX2 it runs the per-nibble unpacking kernel that symmetric int4 used before the whole-word
 // one, so the two can be compared in one run (it reads 1 more byte per 32 weights).
-enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8, Int4W4A16Zp8 };
+// Int4W4A16Bf16: the int4 weights with activations rounded to bf16 (`--dtype bfloat16`), the
+// AVX512_BF16 kernel where the CPU has it (elsewhere the W4A16 kernels on the rounded values).
+enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8, Int4W4A16Zp8, Int4W4A16Bf16 };
 
 struct QuantWeights {
   QuantKind kind;
@@ -216,7 +218,9 @@ struct QuantWeights {
     WeightMatrix w;
     const bool int4 = kind != QuantKind::Int8W8A8;
     w.format = int4 ? WeightFormat::Int4Group : WeightFormat::Int8Group;
-    w.act_quant = kind == QuantKind::Int4W4A16 ? ActivationQuant::None : ActivationQuant::Int8PerToken;
+    w.act_quant = kind == QuantKind::Int4W4A16Bf16 ? ActivationQuant::Bf16
+                  : kind == QuantKind::Int4W4A16 || kind == QuantKind::Int4W4A16Zp8 ? ActivationQuant::None
+                                                                                      : ActivationQuant::Int8PerToken;
     w.data = data.data() + size_t(i % copies) * data_bytes;
     w.scales = scales.data() + size_t(i % copies) * scale_bytes;
     w.scale_dtype = int4 ? DType::BF16 : DType::F32;
@@ -234,6 +238,7 @@ const char* quant_kind_name(QuantKind k) {
     case QuantKind::Int4W4A8: return "int4-w4a8";
     case QuantKind::Int8W8A8: return "int8-w8a8";
     case QuantKind::Int4W4A16Zp8: return "int4-w4a16-zp8";
+    case QuantKind::Int4W4A16Bf16: return "int4-w4a16-bf16act";
   }
   return "?";
 }
@@ -287,7 +292,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
 constexpr int64_t kScalar = int64_t(Isa::Scalar), kAvx2 = int64_t(Isa::Avx2),
                   kAvx512 = int64_t(Isa::Avx512);
 constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantKind::Int4W4A8),
-                  kW8A8 = int64_t(QuantKind::Int8W8A8), kW4A16Zp8 = int64_t(QuantKind::Int4W4A16Zp8);
+                  kW8A8 = int64_t(QuantKind::Int8W8A8), kW4A16Zp8 = int64_t(QuantKind::Int4W4A16Zp8),
+                  kW4A16Bf16 = int64_t(QuantKind::Int4W4A16Bf16);
 
 // Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
 // by name when run.
@@ -312,13 +318,17 @@ void quant_args(benchmark::internal::Benchmark* b) {
                   {7168, 2048, 1, 1, kW4A16Zp8},
                   {2048, 7168, 1, 1, kW4A8},
                   {7168, 2048, 1, 1, kW4A8},
+                  {2048, 7168, 1, 1, kW4A16Bf16},
+                  {7168, 2048, 1, 1, kW4A16Bf16},
                   {2048, 7168, 1, 1, kW8A8},
                   {2048, 7168, 1, 0, kW4A16},
                   {2048, 7168, 1, 0, kW4A8},
                   {2048, 7168, 1, 0, kW8A8},
+                  {2048, 7168, 1, 0, kW4A16Bf16},
                   {2048, 7168, 64, 0, kW4A16},
                   {2048, 7168, 64, 0, kW4A16Zp8},
                   {2048, 7168, 64, 0, kW4A8},
+                  {2048, 7168, 64, 0, kW4A16Bf16},
                   {2048, 7168, 64, 0, kW8A8}});
 }
 void gemm_args(benchmark::internal::Benchmark* b) {

@@ -264,12 +264,26 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   ModelOptions o;
   o.num_threads = 1;
   o.quantization.bf16_activations = true;
-  const Model m(int4_dir, o);
+  Model m(int4_dir, o);
   EXPECT_EQ(m.weights().layers[1].attn.o.act_quant, ActivationQuant::Bf16);
   EXPECT_EQ(m.weights().lm_head.act_quant, ActivationQuant::Bf16);
   EXPECT_EQ(m.weights().layers[1].attn.kv_b.act_quant, ActivationQuant::None);
-  EXPECT_EQ(expert_up(m, 1, 5).act_quant, ActivationQuant::None);  // int4 with f32 activations
-  EXPECT_NE(m.weights().storage.find("with bf16 activations"), std::string::npos) << m.weights().storage;
+  EXPECT_EQ(expert_up(m, 1, 5).act_quant, ActivationQuant::Bf16);  // int4 (W4A16): bf16 too
+  EXPECT_NE(m.weights().storage.find("BF16 linears with bf16 activations"), std::string::npos) << m.weights().storage;
+  EXPECT_NE(m.weights().storage.find("INT4 linears with bf16 activations"), std::string::npos) << m.weights().storage;
+
+  // The INT4 model's logits move by the activations' rounding only.
+  {
+    ModelOptions f32_acts = o;
+    f32_acts.quantization.bf16_activations = false;
+    Model im(int4_dir, f32_acts);
+    KvCache c32 = im.new_cache(int64_t(kPrompt.size())), c16 = m.new_cache(int64_t(kPrompt.size()));
+    const std::vector<float> want = forward_sequence(im, kPrompt, c32, /*all_logits=*/true);
+    const double e4 = relative_error(forward_sequence(m, kPrompt, c16, /*all_logits=*/true), want);
+    EXPECT_LT(e4, 0.03);
+    EXPECT_GT(e4, 1e-6) << "bf16 activations changed nothing in the INT4 model";
+    std::printf("[ quantized ] int4 bf16 act RMS logit error / RMS logit = %.4f\n", e4);
+  }
 
   Model bm(bf16_dir, o);
   KvCache cache = bm.new_cache(int64_t(kPrompt.size()));

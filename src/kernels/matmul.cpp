@@ -37,31 +37,57 @@ constexpr int64_t kMinMacsToShare = int64_t(1) << 13;
 constexpr int64_t kRowBlock = 4;
 
 // One job's share of a batch: its row blocks are [first_block, first_block + blocks) of the
-// batch's; integer formats carry their prepared activations and kernel variant, bf16 activations
-// their rounded copy (for the AVX512_BF16 kernel, or widened back for the f32 kernels).
+// batch's; w is the job's matrix as the kernels see it. Integer formats carry their prepared
+// activations and kernel variant; bf16 activations their rounded copy (for an AVX512_BF16
+// kernel, or widened back for the f32 kernels).
 struct BatchPart {
   const MatmulJob* job;
+  WeightMatrix w;
   int64_t first_block, blocks;
   const kernels::QuantKernelTable* quant = nullptr;
   kernels::PreparedInput prepared;
   kernels::Bf16DotRows bf16_dot = nullptr;
+  kernels::Int4Bf16DotRows int4_bf16_dot = nullptr;
   std::vector<uint16_t> xb;
   std::vector<float> x_rounded;
 };
 
-// x rounded to bf16 once per product, before the threads share its rows: as bf16 for the
-// AVX512_BF16 kernel when the table is AVX-512's (the tests' choice of ISA is kept), else widened
-// back to f32 for k's own kernels (the same values).
-void prepare_bf16_activations(const kernels::KernelTable& k, const MatmulJob& j, BatchPart& p) {
+const kernels::QuantKernelTable& quant_table(const kernels::KernelTable& k, const kernels::QuantKernelTable* quant,
+                                             const WeightMatrix& w) {
+  const kernels::QuantKernelTable& t = quant ? *quant : kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
+  return kernels::quant_simd_supports(w, t.lanes) ? t : kernels::kQuantScalar;
+}
+
+// x rounded to bf16 once per product, before the threads share its rows: for the AVX512_BF16
+// kernels when the table is AVX-512's (the tests' choice of ISA is kept), else widened back to
+// f32 for k's own kernels (the same values; INT4 weights then run the f32-activation INT4
+// kernels, their matrix marked as such).
+void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, const kernels::QuantKernelTable* quant,
+                              const MatmulJob& j, BatchPart& p) {
   const size_t count = size_t(j.n * j.w.cols);
-  if (k.isa == Isa::Avx512) p.bf16_dot = kernels::bf16_dot_rows();
-  if (p.bf16_dot) {
-    p.xb.resize(count);
-    kernels::round_to_bf16(j.x, int64_t(count), p.xb.data());
-    return;
+  const bool avx512 = k.isa == Isa::Avx512;
+  if (j.w.format == WeightFormat::Dense) {
+    if (avx512) p.bf16_dot = kernels::bf16_dot_rows();
+    if (p.bf16_dot) {
+      p.xb.resize(count);
+      kernels::round_to_bf16(j.x, int64_t(count), p.xb.data());
+      return;
+    }
+  } else {
+    if (avx512 && kernels::int4_bf16_layout(j.w)) p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
+    if (p.int4_bf16_dot) {
+      p.xb.resize(size_t(j.n * kernels::int4_bf16_packed_cols(j.w.cols)));
+      kernels::pack_int4_bf16_activations(j.x, j.n, j.w.cols, p.xb.data());
+      return;
+    }
   }
   p.x_rounded.resize(count);
   for (size_t i = 0; i < count; ++i) p.x_rounded[i] = bf16_to_f32(f32_to_bf16(j.x[i]));
+  if (j.w.format != WeightFormat::Dense) {
+    p.w.act_quant = ActivationQuant::None;
+    p.quant = &quant_table(k, quant, p.w);
+    kernels::prepare_input(pool, *p.quant, p.w, p.x_rounded.data(), j.n, p.prepared);
+  }
 }
 
 // Integer-format jobs use `quant` when given (the tests' choice of variant), else the best
@@ -80,14 +106,14 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
     }
     BatchPart& p = parts.emplace_back();
     p.job = &j;
+    p.w = j.w;
     p.first_block = total_blocks;
     p.blocks = (j.w.rows + kRowBlock - 1) / kRowBlock;
-    if (j.w.format != WeightFormat::Dense) {
-      const kernels::QuantKernelTable& t = quant ? *quant : kernels::quant_kernels_for(kernels::quant_isa_for(k.isa));
-      p.quant = kernels::quant_simd_supports(j.w, t.lanes) ? &t : &kernels::kQuantScalar;
+    if (j.w.act_quant == ActivationQuant::Bf16) {
+      prepare_bf16_activations(pool, k, quant, j, p);
+    } else if (j.w.format != WeightFormat::Dense) {
+      p.quant = &quant_table(k, quant, j.w);
       kernels::prepare_input(pool, *p.quant, j.w, j.x, j.n, p.prepared);
-    } else if (j.w.act_quant == ActivationQuant::Bf16) {
-      prepare_bf16_activations(k, j, p);
     }
     total_blocks += p.blocks;
     total_macs += j.w.rows * j.w.cols * j.n;
@@ -106,11 +132,13 @@ void matmul_batch_with(const kernels::KernelTable& k, ThreadPool& pool, std::spa
       const int64_t end = std::min(e, p.first_block + p.blocks);
       const int64_t r0 = (b - p.first_block) * kRowBlock, r1 = std::min(j.w.rows, (end - p.first_block) * kRowBlock);
       if (p.quant)
-        p.quant->matmul_rows(j.w, p.prepared.in, j.y, r0, r1);
+        p.quant->matmul_rows(p.w, p.prepared.in, j.y, r0, r1);
+      else if (p.int4_bf16_dot)
+        p.int4_bf16_dot(p.w, p.xb.data(), j.n, j.y, r0, r1);
       else if (p.bf16_dot)
-        p.bf16_dot(j.w, p.xb.data(), j.n, j.y, r0, r1);
+        p.bf16_dot(p.w, p.xb.data(), j.n, j.y, r0, r1);
       else
-        k.matmul_rows(j.w, p.x_rounded.empty() ? j.x : p.x_rounded.data(), j.n, j.y, r0, r1);
+        k.matmul_rows(p.w, p.x_rounded.empty() ? j.x : p.x_rounded.data(), j.n, j.y, r0, r1);
       b = end;
     }
   });

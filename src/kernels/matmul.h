@@ -30,8 +30,8 @@ enum class WeightFormat {
 enum class ActivationQuant {
   None,          // f32 activations; weights are dequantised in registers (W4A16 / W8A16)
   Int8PerToken,  // dynamic symmetric int8 per token (row of x): scale = max|x| / 127 (W4A8 / W8A8)
-  // Dense BF16 weights only: x rounded to bf16 (to nearest even), products exact, sums in f32
-  // (`--dtype bfloat16`; kernels/bf16_dot.h). One VDPBF16PS per 32 weights on AVX512_BF16.
+  // Dense BF16 or Int4Group weights: x rounded to bf16 (to nearest even), products exact, sums
+  // in f32 (`--dtype bfloat16`; kernels/bf16_dot.h). One VDPBF16PS per 32 weights on AVX512_BF16.
   Bf16,
 };
 
@@ -44,7 +44,7 @@ struct WeightMatrix {
   int64_t cols = 0;
 
   WeightFormat format = WeightFormat::Dense;
-  ActivationQuant act_quant = ActivationQuant::None;  // integer formats, or Bf16 for Dense BF16
+  ActivationQuant act_quant = ActivationQuant::None;  // integer formats, or Bf16 for BF16 / Int4Group
   // Integer formats: scales [rows, cols / group_size] of `scale_dtype` (BF16 or F32), row-major.
   // group_size divides cols and is a multiple of 32, or equals cols (per-channel scales).
   const void* scales = nullptr;

@@ -86,7 +86,10 @@ void validate_weight(const WeightMatrix& w, const char* what) {
     case WeightFormat::Int8Group: break;
     default: fail("has an unknown weight format");
   }
-  if (w.act_quant != ActivationQuant::None && w.act_quant != ActivationQuant::Int8PerToken)
+  if (w.act_quant == ActivationQuant::Bf16 && w.format != WeightFormat::Int4Group)
+    fail("is int8 and cannot take bf16 activations (only BF16 and INT4 weights can)");
+  if (w.act_quant != ActivationQuant::None && w.act_quant != ActivationQuant::Int8PerToken &&
+      w.act_quant != ActivationQuant::Bf16)
     fail("has an unknown activation quantization");
   if (w.rows * w.cols == 0) return;
   const bool int4 = w.format == WeightFormat::Int4Group;

@@ -277,13 +277,21 @@ WeightMatrix WeightBinder::linear(const std::string& module, int64_t rows, int64
       const LinearQuant target = linear_quant(request_.preset, module);
       stored->act_quant = target.format == WeightFormat::Dense ? stored->act_quant : target.act;
     }
-    return need_float ? dequantize(*stored) : *stored;
+    return need_float ? dequantize(*stored) : with_bf16_activations(*stored);
   }
   WeightMatrix w = dense(module + ".weight", rows, cols);
   const LinearQuant target = linear_quant(request_.preset, module);
   if (need_float) return w;
-  if (target.format != WeightFormat::Dense) return quantize(w, target);
-  if (request_.bf16_activations && w.dtype == DType::BF16) {
+  if (target.format != WeightFormat::Dense) return with_bf16_activations(quantize(w, target));
+  return with_bf16_activations(w);
+}
+
+WeightMatrix WeightBinder::with_bf16_activations(WeightMatrix w) {
+  if (!request_.bf16_activations || w.act_quant != ActivationQuant::None) return w;
+  if (w.format == WeightFormat::Int4Group) {
+    w.act_quant = ActivationQuant::Bf16;
+    ++int4_bf16_activation_linears_;
+  } else if (w.format == WeightFormat::Dense && w.dtype == DType::BF16) {
     w.act_quant = ActivationQuant::Bf16;
     ++bf16_activation_linears_;
   }
@@ -320,6 +328,8 @@ std::string WeightBinder::storage_summary() const {
     s += "; " + std::to_string(quantized_on_load_) + " linears quantized on load (" +
          std::string(quant_preset_name(request_.preset)) + ")";
   if (bf16_activation_linears_) s += "; " + std::to_string(bf16_activation_linears_) + " BF16 linears with bf16 activations";
+  if (int4_bf16_activation_linears_)
+    s += "; " + std::to_string(int4_bf16_activation_linears_) + " INT4 linears with bf16 activations";
   return s;
 }
 

@@ -29,7 +29,8 @@ struct QuantizationRequest {
   std::string expect_method;
   // `--dtype bfloat16`: the linears that stay BF16 round their activations to bf16
   // (ActivationQuant::Bf16; products exact, sums f32), as vLLM's bfloat16 and llama.cpp's BF16
-  // matmuls do; twice the multiply rate on AVX512_BF16 CPUs. Integer linears keep their own.
+  // matmuls do; twice the multiply rate on AVX512_BF16 CPUs. So do INT4 linears with float
+  // activations (W4A16, whose A16 is vLLM's bf16); int8-activation linears keep theirs.
   bool bf16_activations = false;
 
   // Parses vLLM-style values: "" / "none", "compressed-tensors", "ascend", int4, w4a16, w4a8, w8a8.
@@ -67,6 +68,8 @@ class WeightBinder {
   std::optional<WeightMatrix> stored_modelslim(const std::string& module, int64_t rows, int64_t cols);
   WeightMatrix quantize(const WeightMatrix& dense, const LinearQuant& target);
   WeightMatrix dequantize(const WeightMatrix& w);
+  // w with ActivationQuant::Bf16 where `--dtype bfloat16` asks for it and w can take it.
+  WeightMatrix with_bf16_activations(WeightMatrix w);
   const void* scales_in_kernel_dtype(const TensorView& t, DType& dtype);
   uint8_t* own(size_t bytes);
 
@@ -76,7 +79,8 @@ class WeightBinder {
   std::optional<ModelSlimDescription> slim_;
   OwnedWeightBuffers owned_;
   size_t total_bytes_ = 0;
-  int64_t stored_int4_ = 0, stored_int8_ = 0, quantized_on_load_ = 0, bf16_activation_linears_ = 0;
+  int64_t stored_int4_ = 0, stored_int8_ = 0, quantized_on_load_ = 0, bf16_activation_linears_ = 0,
+          int4_bf16_activation_linears_ = 0;
 };
 
 }  // namespace kimi

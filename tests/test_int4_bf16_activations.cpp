@@ -1,0 +1,208 @@
+// INT4 weights times activations rounded to BF16 (Int4Group with ActivationQuant::Bf16, what
+// `--dtype bfloat16` gives W4A16 linears): every ISA's matmul against a double-precision
+// reference over the dequantised weights and the rounded activations (the AVX512_BF16 kernel
+// where the CPU has it, the f32-activation INT4 kernels elsewhere and for layouts it does not
+// take), the kernel itself on a thread's share of rows, and what validation refuses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/rng.h"
+#include "common/thread_pool.h"
+#include "kernels/bf16_dot.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/quantize.h"
+#include "test_util.h"
+
+namespace kimi {
+namespace {
+
+struct Int4Weights {
+  int64_t rows = 0, cols = 0, group = 0;
+  std::vector<uint8_t> packed, zeros;
+  std::vector<uint16_t> scales_bf16;
+  std::vector<float> scales_f32;
+  WeightMatrix matrix() const {
+    WeightMatrix w;
+    w.format = WeightFormat::Int4Group;
+    w.act_quant = ActivationQuant::Bf16;
+    w.data = packed.data();
+    w.rows = rows;
+    w.cols = cols;
+    w.group_size = group;
+    w.scales = scales_f32.empty() ? static_cast<const void*>(scales_bf16.data()) : scales_f32.data();
+    w.scale_dtype = scales_f32.empty() ? DType::BF16 : DType::F32;
+    w.zero_points = zeros.empty() ? nullptr : zeros.data();
+    return w;
+  }
+};
+
+// f32_scales: the scales widened to F32 (msModelSlim stores them so); asymmetric: with zero points.
+Int4Weights make_int4(int64_t rows, int64_t cols, int64_t group, bool f32_scales, bool asymmetric, Rng& rng) {
+  Int4Weights w{rows, cols, group, std::vector<uint8_t>(size_t(rows * cols / 2)), {},
+                std::vector<uint16_t>(size_t(rows * cols / group)), {}};
+  const std::vector<float> f = test::random_floats(size_t(rows * cols), rng);
+  if (asymmetric) {
+    w.zeros.resize(w.scales_bf16.size());
+    quantize_int4_asymmetric(f.data(), rows, cols, group, w.packed.data(), w.scales_bf16.data(), w.zeros.data());
+  } else {
+    quantize_int4_symmetric(f.data(), rows, cols, group, w.packed.data(), w.scales_bf16.data());
+  }
+  if (f32_scales)
+    for (const uint16_t s : w.scales_bf16) w.scales_f32.push_back(bf16_to_f32(s));
+  return w;
+}
+
+// y[t, r] against sum_k bf16(x[t, k]) * dequantised w[r, k] in double, within f32 summation rounding.
+void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x, int64_t n, const float* y,
+                              int64_t r0, int64_t r1, const std::string& where) {
+  const WeightMatrix w = iw.matrix();
+  std::vector<float> row(size_t(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    dequantize_row(w, r, row.data());
+    for (int64_t t = 0; t < n; ++t) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < w.cols; ++k) {
+        const double term = double(bf16_to_f32(f32_to_bf16(x[size_t(t * w.cols + k)]))) * double(row[size_t(k)]);
+        want += term;
+        mag += std::abs(term);
+      }
+      ASSERT_LE(std::abs(double(y[t * w.rows + r]) - want), 1e-5 * mag + 1e-6)
+          << where << " t=" << t << " r=" << r << ": got " << y[t * w.rows + r] << ", want " << want;
+    }
+  }
+}
+
+class Int4Bf16ActivationsIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!isa_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
+  }
+};
+
+// Rows around the 4-row tile, tokens around the 2-token tile, inputs in whole and partial blocks
+// of 128, every group layout the kernel takes (32, 64, 128, 256, one per row) and one it does not
+// (96), BF16 and F32 scales, and asymmetric weights (always the f32-activation kernels).
+TEST_P(Int4Bf16ActivationsIsa, MatmulMatchesRoundedReference) {
+  ThreadPool pool(3);
+  Rng rng(17);
+  struct Shape {
+    int64_t cols, group;
+  };
+  const Shape shapes[] = {{8, 8},     {64, 32},   {128, 32},  {192, 32},  {192, 64},   {192, 192}, {256, 128},
+                          {384, 96},  {512, 256}, {640, 64},  {1024, 32}, {2048, 128}, {320, 320}, {96, 32}};
+  const int64_t n_list[] = {1, 2, 3, 4, 5, 7};
+  int i = 0;
+  for (const Shape sh : shapes)
+    for (const bool f32_scales : {false, true})
+      for (const bool asymmetric : {false, true}) {
+        const int64_t rows = 1 + int64_t(rng.next_u64() % 37), n = n_list[size_t(i++) % 6];
+        const Int4Weights w = make_int4(rows, sh.cols, sh.group, f32_scales, asymmetric, rng);
+        const std::vector<float> x = test::random_floats(size_t(n * sh.cols), rng);
+        std::vector<float> y(size_t(n * rows), -1.0f);
+        matmul(pool, w.matrix(), x.data(), n, y.data(), GetParam());
+        expect_rounded_reference(w, x, n, y.data(), 0, rows,
+                                 "[" + std::to_string(rows) + "x" + std::to_string(sh.cols) + "] G=" +
+                                     std::to_string(sh.group) + (f32_scales ? " f32 scales" : "") +
+                                     (asymmetric ? " asymmetric" : "") + " n=" + std::to_string(n));
+      }
+}
+
+// The activations really are rounded: 1 + 2^-10 is no bf16 (it rounds to 1), and 1 + 2^-8 lies
+// halfway between 1 and 1 + 2^-7 (it rounds to the even 1); f32 activations keep both.
+TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
+  ThreadPool pool(1);
+  Int4Weights iw{1, 160, 32, std::vector<uint8_t>(80, 0x99), {}, std::vector<uint16_t>(5, f32_to_bf16(1.0f)), {}};
+  WeightMatrix w = iw.matrix();  // every weight (9 - 8) * 1 = 1
+  std::vector<float> x(160, 0.0f);
+  x[3] = 1.0f + std::ldexp(1.0f, -10);
+  x[150] = 1.0f + std::ldexp(1.0f, -8);  // in the partial last block
+  float y = 0;
+  w.act_quant = ActivationQuant::None;
+  matmul(pool, w, x.data(), 1, &y, GetParam());
+  EXPECT_EQ(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8)) << "f32 activations";
+  w.act_quant = ActivationQuant::Bf16;
+  matmul(pool, w, x.data(), 1, &y, GetParam());
+  EXPECT_EQ(y, 2.0f) << "bf16 activations";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
+                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
+
+// The AVX512_BF16 kernel on a share of the rows (a thread's [r0, r1)): those rows right, the
+// others untouched. The last shape is large enough (1.1 MB) to stream, prefetching into the next
+// tile's rows.
+TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {
+  const kernels::Int4Bf16DotRows rows_kernel = kernels::int4_bf16_dot_rows();
+  if (!rows_kernel) GTEST_SKIP() << "this CPU lacks avx512_bf16";
+  Rng rng(19);
+  struct Shape {
+    int64_t rows, cols, group, r0, r1;
+  };
+  for (const Shape sh : {Shape{23, 64, 32, 5, 18}, Shape{23, 192, 64, 5, 18}, Shape{23, 512, 512, 5, 18},
+                         Shape{23, 2048, 32, 5, 18}, Shape{1100, 2048, 32, 3, 1090}}) {
+    for (const int64_t n : {1, 2, 3, 6}) {
+      if (sh.rows > 100 && n > 1) continue;
+      const Int4Weights w = make_int4(sh.rows, sh.cols, sh.group, false, false, rng);
+      const std::vector<float> x = test::random_floats(size_t(n * sh.cols), rng);
+      std::vector<uint16_t> xp(size_t(n * kernels::int4_bf16_packed_cols(sh.cols)));
+      kernels::pack_int4_bf16_activations(x.data(), n, sh.cols, xp.data());
+      std::vector<float> y(size_t(n * sh.rows), 777.0f);
+      ASSERT_TRUE(kernels::int4_bf16_layout(w.matrix()));
+      rows_kernel(w.matrix(), xp.data(), n, y.data(), sh.r0, sh.r1);
+      expect_rounded_reference(w, x, n, y.data(), sh.r0, sh.r1,
+                               "cols " + std::to_string(sh.cols) + " n=" + std::to_string(n));
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < sh.rows; ++r)
+          if (r < sh.r0 || r >= sh.r1) {
+            ASSERT_EQ(y[size_t(t * sh.rows + r)], 777.0f) << "row " << r << " written";
+          }
+    }
+  }
+}
+
+// The kernel's layouts: symmetric, groups tiling blocks of 128 inputs or one per row.
+TEST(Int4Bf16DotKernel, LayoutRule) {
+  WeightMatrix w;
+  w.format = WeightFormat::Int4Group;
+  w.rows = 4;
+  for (const auto& [cols, group, want] : {std::tuple{256, 32, true}, {256, 64, true}, {256, 128, true},
+                                          {512, 256, true}, {192, 192, true}, {384, 96, false}, {320, 160, false}}) {
+    w.cols = cols;
+    w.group_size = group;
+    EXPECT_EQ(kernels::int4_bf16_layout(w), want) << cols << " / " << group;
+  }
+  const uint8_t zero = 8;
+  w.cols = 256;
+  w.group_size = 32;
+  w.zero_points = &zero;
+  EXPECT_FALSE(kernels::int4_bf16_layout(w)) << "asymmetric";
+}
+
+TEST(Int4Bf16DotKernel, Int8WeightsRefuseBf16Activations) {
+  ThreadPool pool(1);
+  const std::vector<int8_t> q(64, 1);
+  const std::vector<float> scales(2, 1.0f), x(32, 1.0f);
+  WeightMatrix w;
+  w.format = WeightFormat::Int8Group;
+  w.data = q.data();
+  w.rows = 2;
+  w.cols = 32;
+  w.group_size = 32;
+  w.scales = scales.data();
+  w.scale_dtype = DType::F32;
+  float y[2];
+  EXPECT_NO_THROW(matmul(pool, w, x.data(), 1, y));
+  w.act_quant = ActivationQuant::Bf16;
+  EXPECT_THROW(matmul(pool, w, x.data(), 1, y), Error);
+}
+
+}  // namespace
+}  // namespace kimi
