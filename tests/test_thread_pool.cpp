@@ -1,5 +1,8 @@
 // ThreadPool::parallel_for: exact coverage, chunk sizes, reuse, nesting and exceptions.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -184,6 +187,66 @@ TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
   EXPECT_EQ(covered, kN);
   EXPECT_GE(chunks.size(), 8u);
   check_coverage(pool, kN, 70);  // the grain still bounds every chunk but the last
+}
+
+// A worker stopped in a signal handler until the test releases it: a thread whose CPU was taken.
+std::atomic<bool> g_stalled{false}, g_release{false};
+void stall_handler(int) {
+  g_stalled.store(true);
+  while (!g_release.load()) {
+    const timespec ts{0, 100000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+// A worker that is not running (descheduled by the OS) holds no job up: the caller does the
+// work alone instead of waiting for the worker to acknowledge every job. (The pool waited for
+// all workers before; on a shared or oversubscribed machine each job then waited for a time
+// slice.) Fails by timing out while the worker stays stopped.
+TEST(ThreadPool, AStoppedWorkerHoldsNoJobUp) {
+  ThreadPool pool(2);
+  // The worker's thread: two chunks that wait for each other run on both threads.
+  const pthread_t caller = pthread_self();
+  std::mutex mu;
+  pthread_t worker{};
+  std::atomic<int> arrived{0};
+  pool.parallel_for(2, 1, [&](int64_t, int64_t) {
+    if (!pthread_equal(pthread_self(), caller)) {
+      std::lock_guard lock(mu);
+      worker = pthread_self();
+    }
+    arrived.fetch_add(1);
+    while (arrived.load() < 2) std::this_thread::yield();
+  });
+  struct sigaction stall {}, old{};
+  stall.sa_handler = stall_handler;
+  sigemptyset(&stall.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &stall, &old), 0);
+  g_stalled = false;
+  g_release = false;
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(pthread_kill(worker, SIGUSR1), 0);
+  }
+  while (!g_stalled.load()) std::this_thread::yield();
+
+  std::atomic<bool> finished{false};
+  std::atomic<int64_t> items{0};
+  std::thread jobs([&] {
+    for (int i = 0; i < 200; ++i)
+      pool.parallel_for(64, 1, [&](int64_t b, int64_t e) { items.fetch_add(e - b); });
+    finished = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!finished.load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool done_while_stopped = finished.load();
+  g_release = true;
+  jobs.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_TRUE(done_while_stopped) << "the jobs waited for the stopped worker";
+  EXPECT_EQ(items.load(), 200 * 64);
+  check_coverage(pool, 1000, 3);  // and the released worker takes part again
 }
 
 // Region timing: one region whose chunks are uneven (one sleeps, one returns at once) spends

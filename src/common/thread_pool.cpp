@@ -36,6 +36,7 @@ bool spin_until(Done done) {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads = std::min(num_threads, int(kJoinedMask) + 1);  // the joined count's 16 bits
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
@@ -99,9 +100,16 @@ RegionTimes ThreadPool::region_times() const {
   return RegionTimes{regions_, double(region_wall_ns_) * 1e-9, double(busy_ns_.load()) * 1e-9};
 }
 
+bool ThreadPool::try_join(uint64_t generation) {
+  uint64_t s = state_.load();
+  while ((s >> kGenerationShift) == generation && (s & kOpen))
+    if (state_.compare_exchange_weak(s, s + 1)) return true;
+  return false;
+}
+
 void ThreadPool::worker_loop() {
-  uint64_t seen = 0;
-  const auto ready = [&] { return stop_.load() || generation_.load() != seen; };
+  uint64_t seen = 0;  // the last generation this worker tried to join
+  const auto ready = [&] { return stop_.load() || (state_.load() >> kGenerationShift) != seen; };
   for (;;) {
     if (!spin_until(ready)) {
       std::unique_lock lock(mu_);
@@ -110,10 +118,13 @@ void ThreadPool::worker_loop() {
       sleepers_.fetch_sub(1);
     }
     if (stop_.load()) return;
-    seen = generation_.load();
-    // timing_ was written before generation_ was bumped, as the job's fields were.
+    seen = state_.load() >> kGenerationShift;
+    // A job closed before this worker came (the caller did it alone) is skipped.
+    if (!try_join(seen)) continue;
+    // timing_ and the job's fields were written before the job was opened.
     work_on_current_job();
-    if (active_.fetch_sub(1) == 1 && caller_sleeps_.load()) {
+    const uint64_t left = state_.fetch_sub(1) - 1;
+    if ((left & kJoinedMask) == 0 && caller_sleeps_.load()) {
       std::lock_guard lock(mu_);
       cv_done_.notify_one();
     }
@@ -136,22 +147,24 @@ void ThreadPool::run(int64_t n, int64_t grain, ChunkFn fn, void* ctx) {
   } guard{busy_};
   // The smallest chunk: a sixteenth of a thread's share (see take_chunks).
   const int64_t chunk = std::max(grain, (n + 16 * threads - 1) / (16 * threads));
-  // No worker reads the job's fields now: each finished the last job before it decremented
-  // active_, and none starts before generation_ changes.
+  // No worker reads the job's fields now: the last job was closed and every worker that joined
+  // it has left, and none joins before the new generation is stored, open.
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
   chunk_ = chunk;
   next_.store(0, std::memory_order_relaxed);
-  active_.store(int(workers_.size()));
   const int64_t start = timing_ ? now_ns() : 0;
-  generation_.fetch_add(1);
+  const uint64_t generation = (state_.load() >> kGenerationShift) + 1;
+  state_.store((generation << kGenerationShift) | kOpen);
   if (sleepers_.load() > 0) {
     std::lock_guard lock(mu_);
     cv_start_.notify_all();
   }
   work_on_current_job();
-  const auto done = [&] { return active_.load() == 0; };
+  // Every chunk is taken: close the job, then wait for the workers running the last ones.
+  state_.fetch_and(~kOpen);
+  const auto done = [&] { return (state_.load() & kJoinedMask) == 0; };
   if (!spin_until(done)) {
     std::unique_lock lock(mu_);
     caller_sleeps_.store(true);

@@ -11,6 +11,12 @@
 // much as one of them (as in ggml's thread pool, which spins too). After kSpin without a job
 // they block on a condition variable, so an idle server uses no CPU.
 //
+// A worker joins a job only while it is open; the caller closes it once it finds no chunk left
+// and then waits for the workers that joined, not for every worker. A worker that was not
+// running (its CPU taken by another process, a server's HTTP threads, a noisy neighbour of a
+// VM) thus never holds a job up: the caller does the work alone instead of waiting a scheduler
+// time slice for the worker to acknowledge a job that is already done.
+//
 // Optionally (set_region_timing) the pool accounts its parallel regions: their wall time and the
 // time threads spent in them working, whose difference is time spent waiting for each other
 // (waking up, an uneven last chunk). `kimi bench latency --breakdown` prints that share.
@@ -60,6 +66,7 @@ class ThreadPool {
   using ChunkFn = void (*)(void*, int64_t, int64_t);
   void run(int64_t n, int64_t grain, ChunkFn fn, void* ctx);
   void worker_loop();
+  bool try_join(uint64_t generation);  // joins that job if it is still open
   void work_on_current_job();  // take_chunks, timed when region timing is on
   void take_chunks();
 
@@ -72,10 +79,14 @@ class ThreadPool {
   std::condition_variable cv_start_, cv_done_;
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeps_{false};
-  std::atomic<uint64_t> generation_{0};  // bumped to start a job
+  // The job's generation (bits 17 and up), whether it is open to joining workers (bit 16) and
+  // how many workers have joined and not yet left it (bits 0-15). Storing a new generation,
+  // open, publishes the job; a worker joins with a compare-exchange that keeps it open.
+  static constexpr uint64_t kOpen = uint64_t(1) << 16, kJoinedMask = kOpen - 1;
+  static constexpr int kGenerationShift = 17;
+  std::atomic<uint64_t> state_{0};
   std::atomic<bool> stop_{false};
-  std::atomic<int> active_{0};  // workers not yet done with the current job
-  // The current job; written before generation_ is bumped, which publishes it.
+  // The current job; written before state_ opens it.
   ChunkFn fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0, chunk_ = 1;
