@@ -1,5 +1,5 @@
 #pragma once
-// Products of BF16 weights with activations rounded to BF16 (ActivationQuant::Bf16, the
+// Products of BF16 or INT4 weights with activations rounded to BF16 (ActivationQuant::Bf16, the
 // `--dtype bfloat16` of vLLM and what llama.cpp's CPU BF16 matmul does): each product of two
 // bf16 values is exact in f32 and the sums are f32, so only the activations' rounding differs
 // from the f32 kernels. On CPUs with AVX512_BF16 one VDPBF16PS multiplies 32 pairs, twice the
