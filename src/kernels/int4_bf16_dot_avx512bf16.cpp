@@ -81,6 +81,12 @@ void tile(const Tile& a) {
   for (int l = 0; l < 16; ++l) lane_group[l] = kPerBlock ? int32_t(8 * l / G) : 0;
   const __m512i idx = _mm512_load_si512(lane_group);
 
+  // The next tile's scales (contiguous after this tile's): short runs the stream prefetchers
+  // start on late (2048 x 7168 cold: 0.88x the time with this).
+  if (a.prefetch && a.next_rows > 0) {
+    const std::byte* next = a.scales + R * a.scale_row_bytes;
+    for (int64_t off = 0; off < a.next_rows * a.scale_row_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
+  }
   // One token: two sums per row (even and odd j), so each VDPBF16PS chain is two long.
   constexpr int U = T == 1 ? 2 : 1;
   __m512 total[R][T], acc[U][R][T];
