@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/matmul.h"
+#include "kernels/quant_kernels.h"
 
 namespace kimi::kernels {
 
@@ -24,9 +25,7 @@ Bf16DotRows bf16_dot_rows();
 // Symmetric weights (zero 8), groups that tile blocks of 128 inputs (32, 64, multiples of 128)
 // or one group per row.
 inline bool int4_bf16_layout(const WeightMatrix& w) {
-  const int64_t g = w.group_size;
-  return w.format == WeightFormat::Int4Group && w.zero_points == nullptr && g > 0 &&
-         (g == w.cols || 128 % g == 0 || g % 128 == 0);
+  return w.format == WeightFormat::Int4Group && w.zero_points == nullptr && groups_tile_blocks_of_128(w);
 }
 // Elements per token of the packed activations: cols rounded up to whole blocks of 128.
 inline int64_t int4_bf16_packed_cols(int64_t cols) { return (cols + 127) / 128 * 128; }

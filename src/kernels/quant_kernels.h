@@ -71,12 +71,19 @@ const QuantKernelTable& quant_kernels_for(QuantIsa isa);
 bool quant_simd_supports(const WeightMatrix& w, int lanes);
 
 
-// Whether int4 x f32 runs on whole packed words (the 16-lane variants, symmetric weights, groups
-// that tile blocks of 128 inputs: 32, 64, 128, multiples of 128, or one per row).
-inline bool int4_word_layout(const WeightMatrix& w, int lanes) {
+// Whether w's groups tile blocks of 128 inputs (32, 64, 128, multiples of 128) or are one per
+// row: the kernels that read a row 64 bytes (128 int4 inputs) at a time scale per block or per
+// group then.
+inline bool groups_tile_blocks_of_128(const WeightMatrix& w) {
   const int64_t g = w.group_size;
+  return g > 0 && (g == w.cols || 128 % g == 0 || g % 128 == 0);
+}
+
+// Whether int4 x f32 runs on whole packed words (the 16-lane variants, symmetric weights, groups
+// that tile blocks of 128 inputs).
+inline bool int4_word_layout(const WeightMatrix& w, int lanes) {
   return lanes == 16 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::None &&
-         w.zero_points == nullptr && (g == w.cols || 128 % g == 0 || g % 128 == 0);
+         w.zero_points == nullptr && groups_tile_blocks_of_128(w);
 }
 
 // Whether int4 x f32 runs on whole packed words with 8 lanes (AVX2): symmetric weights, groups of
