@@ -2,6 +2,7 @@
 // (the others are skipped), all weight dtypes, and ragged shapes that exercise every tail path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -377,6 +378,70 @@ TEST_P(KernelsIsa, DotAxpySum) {
     }
     ASSERT_EQ(y.back(), 99.0f) << "axpy wrote past the end";
   }
+}
+
+// Softmax against double over ragged and long lengths: every probability within 1e-6 relative of
+// exp(x - max) / sum (the difference itself rounded to float first, as the kernel computes it),
+// exponentials under the smallest normal float as 0, and the sum 1 at 70 000 scores.
+TEST_P(KernelsIsa, SoftmaxMatchesDouble) {
+  Rng rng(29);
+  std::vector<int64_t> lengths;
+  for (int64_t n = 1; n <= 300; n += 1 + n / 16) lengths.push_back(n);
+  lengths.push_back(4099);
+  lengths.push_back(70000);
+  for (int64_t n : lengths) {
+    std::vector<float> x = random_floats(size_t(n), rng);
+    for (float& v : x) v *= 12.0f;  // differences from the max down to ~-100: some underflow
+    if (n > 3) x[2] = -1e30f;       // a masked-out score
+    const float mx = *std::max_element(x.begin(), x.end());
+    std::vector<double> want(static_cast<size_t>(n));
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += want[size_t(i)] = std::exp(double(x[size_t(i)] - mx));
+    std::vector<float> y = x;
+    y.push_back(99.0f);  // guard
+    softmax_f32(y.data(), n, isa());
+    ASSERT_EQ(y.back(), 99.0f) << "softmax wrote past the end, n=" << n;
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double p = want[size_t(i)] / total;
+      sum += y[size_t(i)];
+      ASSERT_NEAR(y[size_t(i)], p, 1e-6 * p + 1e-37) << "n=" << n << " i=" << i << " x=" << x[size_t(i)];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << "n=" << n;
+    if (n > 3) {
+      EXPECT_EQ(y[2], 0.0f);
+    }
+  }
+}
+
+// silu(g) * u over g in [-100, 100] (through e^x's whole float range and both clamps) against
+// double: within 1e-6 relative, or 1e-36 absolute where the value is below that; infinities and
+// NaN as the C library's expression gives them.
+TEST_P(KernelsIsa, SiluMulMatchesDouble) {
+  std::vector<float> g, u;
+  for (int i = -200000; i <= 200000; ++i) {
+    g.push_back(float(i) * 5e-4f);
+    u.push_back(1.0f + float(i % 7) * 0.25f);
+  }
+  for (float v : {0.0f, -0.0f, 88.3f, 88.4f, -88.3f, -88.4f, 87.3f, -87.4f, 1e-30f, -1e-30f}) {
+    g.push_back(v);
+    u.push_back(-2.0f);
+  }
+  const size_t n = g.size();
+  std::vector<float> y = g;
+  silu_mul_f32(y.data(), u.data(), int64_t(n), isa());
+  for (size_t i = 0; i < n; ++i) {
+    const double want = double(g[i]) / (1.0 + std::exp(-double(g[i]))) * double(u[i]);
+    ASSERT_NEAR(y[i], want, 1e-6 * std::abs(want) + 1e-36) << "g=" << g[i] << " u=" << u[i];
+  }
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> special = {inf, -inf, nan, 100.0f, -100.0f}, ones(special.size(), 1.0f);
+  silu_mul_f32(special.data(), ones.data(), int64_t(special.size()), isa());
+  EXPECT_EQ(special[0], inf);
+  EXPECT_TRUE(std::isnan(special[1]));  // -inf / (1 + inf)
+  EXPECT_TRUE(std::isnan(special[2]));
+  EXPECT_EQ(special[3], 100.0f);
+  EXPECT_NEAR(special[4], 0.0f, 1e-36f);
 }
 
 // A decode step's small products (here 96 x 192, 18 K multiply-adds: mini's q_a) are shared by

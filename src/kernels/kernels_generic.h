@@ -10,6 +10,8 @@
 //   kPairTokens                       tokens of the n > 1 BF16 tile when kBf16Pairs
 //   kUntransTokens, kUntransVectors   register tile of matmul_untransposed (tokens x vectors)
 //   zero(), set1(a), add(a, b), fma(a, b, c) = a * b + c, reduce(v) = sum of lanes,
+//   mul(a, b), div(a, b), max(a, b) (b when either is NaN), reduce_max(v) = largest lane,
+//   exp(v)                            e^v per lane (SIMD: the polynomial of ExpConstants)
 //   reduce4(a, b, c, d, out)          out[0..4) = reduce(a), ..., reduce(d)
 //   load_x(p), load_x_tail(p, len), store(p, v), store_tail(p, v, len)   f32, len < kLanes
 //   load_w<D>(row, k), load_w_tail<D>(row, k, len)   elements [k, k + kLanes) of a weight row
@@ -636,12 +638,88 @@ void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Softmax and the SwiGLU activation: every attention score and every MLP's intermediate goes
+// through an exponential, which the C library computes one at a time (std::exp was ~10 % of a
+// long-context decode profile).
+
+// The SIMD traits' exp: e^x = 2^n e^r with n = round(x / ln 2) and r = x - n ln 2, |r| <= ln 2 / 2
+// (ln 2 split in a short high part, so that n ln2_hi is exact, and the rest: Cody and Waite);
+// e^r by its Taylor polynomial of degree 7, whose truncation error is below 6e-9 relative there;
+// 2^n built in the exponent field. Below kLo = ln(2^-126) e^x is under the smallest normal float
+// and comes out 0 (no subnormals); above kHi = 127.5 ln 2 it comes out +inf (e^x within 1.5x of
+// FLT_MAX there).
+struct ExpConstants {
+  static constexpr float kLo = -87.3365447505531f;
+  static constexpr float kHi = 88.3762626647949f;
+  static constexpr float kLog2e = 1.44269504088896341f;
+  static constexpr float kLn2Hi = 0.693359375f;
+  static constexpr float kLn2Lo = -2.12194440e-4f;
+  static constexpr int kTerms = 8;
+  static constexpr float kTaylor[kTerms] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
+                                            1.0f / 6,    0.5f,       1.0f,       1.0f};  // highest degree first
+};
+
+// The exponentials of softmax are summed in f32 lanes over blocks of this many scores, the blocks'
+// sums in double: long contexts keep a double's accuracy at SIMD speed.
+constexpr int64_t kSoftmaxBlock = 256;
+
+template <class Tr>
+void softmax(float* x, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  float mx = x[0];
+  int64_t i = 0;
+  if (n >= L) {
+    V m = Tr::load_x(x);
+    for (i = L; i + L <= n; i += L) m = Tr::max(m, Tr::load_x(x + i));
+    mx = Tr::reduce_max(m);
+  }
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  const V neg_max = Tr::set1(-mx);
+  double total = 0;
+  for (int64_t b = 0; b < n; b += kSoftmaxBlock) {
+    const int64_t e = n - b < kSoftmaxBlock ? n : b + kSoftmaxBlock;
+    V acc = Tr::zero();
+    int64_t j = b;
+    for (; j + L <= e; j += L) {
+      const V v = Tr::exp(Tr::add(Tr::load_x(x + j), neg_max));
+      Tr::store(x + j, v);
+      acc = Tr::add(acc, v);
+    }
+    if (j < e) {
+      const int len = int(e - j);
+      Tr::store_tail(x + j, Tr::exp(Tr::add(Tr::load_x_tail(x + j, len), neg_max)), len);
+      acc = Tr::add(acc, Tr::load_x_tail(x + j, len));  // zero-padded: only the len stored values
+    }
+    total += double(Tr::reduce(acc));
+  }
+  const V inv = Tr::set1(float(1.0 / total));
+  for (i = 0; i + L <= n; i += L) Tr::store(x + i, Tr::mul(Tr::load_x(x + i), inv));
+  if (i < n) Tr::store_tail(x + i, Tr::mul(Tr::load_x_tail(x + i, int(n - i)), inv), int(n - i));
+}
+
+// gate = silu(gate) * up = gate / (1 + e^-gate) * up.
+template <class Tr>
+void silu_mul(float* gate, const float* up, int64_t n) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const V one = Tr::set1(1.0f), minus_one = Tr::set1(-1.0f);
+  auto silu_times = [&](V g, V u) { return Tr::mul(Tr::div(g, Tr::add(one, Tr::exp(Tr::mul(g, minus_one)))), u); };
+  int64_t i = 0;
+  for (; i + L <= n; i += L) Tr::store(gate + i, silu_times(Tr::load_x(gate + i), Tr::load_x(up + i)));
+  if (i < n) {
+    const int len = int(n - i);
+    Tr::store_tail(gate + i, silu_times(Tr::load_x_tail(gate + i, len), Tr::load_x_tail(up + i, len)), len);
+  }
+}
+
 template <class Tr>
 constexpr KernelTable make_table(Isa isa) {
   return KernelTable{isa,           &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
                      &dot<Tr>,      &axpy<Tr>,        &sum<Tr>,                 &dot_bf16<Tr>,
                      &axpy_bf16<Tr>, &dot_e4m3<Tr>,   &axpy_e4m3<Tr>,           &e4m3_to_f32<Tr>,
-                     &mla_scores<Tr>, &mla_values<Tr>};
+                     &mla_scores<Tr>, &mla_values<Tr>, &softmax<Tr>,    &silu_mul<Tr>};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The portable kernels (baseline x86-64 or any other target), also the reference the SIMD
 // variants are tested against. One "lane" per vector; the shared tile code still gives them
 // several independent accumulators and reuse of each converted weight across tokens.
+#include <cmath>
 #include <cstring>
 
 #include "kernels/kernels_generic.h"
@@ -50,6 +51,11 @@ struct ScalarTraits {
   static V set1(float a) { return a; }
   static V add(V a, V b) { return a + b; }
   static V fma(V a, V b, V c) { return a * b + c; }
+  static V mul(V a, V b) { return a * b; }
+  static V div(V a, V b) { return a / b; }
+  static V max(V a, V b) { return a > b ? a : b; }  // b when either is NaN, as the SIMD max
+  static float reduce_max(V v) { return v; }
+  static V exp(V x) { return std::exp(x); }  // the reference the polynomial of the SIMD traits is tested against
   static float reduce(V v) { return v; }
   static void reduce4(V a, V b, V c, V d, float* out) {
     out[0] = a;

@@ -47,6 +47,13 @@ void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n) {
   if (n > 0) kernels::best_kernels().e4m3_to_f32(x, scale, y, n);
 }
 
+void softmax_f32(float* x, int64_t n) {
+  if (n > 0) kernels::best_kernels().softmax(x, n);
+}
+void silu_mul_f32(float* gate, const float* up, int64_t n) {
+  if (n > 0) kernels::best_kernels().silu_mul(gate, up, n);
+}
+
 float dot_bf16(const float* a, const uint16_t* b, int64_t n, Isa isa) {
   const kernels::KernelTable& k = kernels::kernels_for(isa);
   return n > 0 ? k.dot_bf16(a, b, n) : 0.0f;
@@ -66,6 +73,15 @@ void axpy_e4m3(float* y, float a, const uint8_t* x, int64_t n, Isa isa) {
 void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n, Isa isa) {
   const kernels::KernelTable& k = kernels::kernels_for(isa);
   if (n > 0) k.e4m3_to_f32(x, scale, y, n);
+}
+
+void softmax_f32(float* x, int64_t n, Isa isa) {
+  const kernels::KernelTable& k = kernels::kernels_for(isa);
+  if (n > 0) k.softmax(x, n);
+}
+void silu_mul_f32(float* gate, const float* up, int64_t n, Isa isa) {
+  const kernels::KernelTable& k = kernels::kernels_for(isa);
+  if (n > 0) k.silu_mul(gate, up, n);
 }
 
 }  // namespace kimi

@@ -1,7 +1,8 @@
 #include "model/ops.h"
 
-#include <algorithm>
 #include <cmath>
+
+#include "kernels/vec_ops.h"
 
 namespace kimi {
 
@@ -20,23 +21,8 @@ void rms_norm(float* x, int64_t n, int64_t dim, int64_t stride, const float* wei
   for (int64_t r = 0; r < n; ++r) rms_norm_to(x + r * stride, x + r * stride, 1, dim, weight, eps);
 }
 
-void silu_mul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void silu_mul(float* gate, const float* up, int64_t n) { silu_mul_f32(gate, up, n); }
 
-void softmax(float* x, int64_t n) {
-  if (n <= 0) return;
-  const float mx = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  const float inv = float(1.0 / sum);
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
-}
+void softmax(float* x, int64_t n) { softmax_f32(x, n); }
 
 }  // namespace kimi

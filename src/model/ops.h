@@ -8,9 +8,10 @@ namespace kimi {
 void rms_norm(float* x, int64_t n, int64_t dim, int64_t stride, const float* weight, float eps);
 // As rms_norm, reading from src and writing to dst (both [n, dim] contiguous).
 void rms_norm_to(const float* src, float* dst, int64_t n, int64_t dim, const float* weight, float eps);
-// gate[i] = silu(gate[i]) * up[i]: the SwiGLU activation.
+// gate[i] = silu(gate[i]) * up[i]: the SwiGLU activation (kernels/vec_ops.h's silu_mul_f32).
 void silu_mul(float* gate, const float* up, int64_t n);
-// In-place softmax of n scores (max-subtracted, accumulated in double for long contexts).
+// In-place softmax of n scores (kernels/vec_ops.h's softmax_f32: max-subtracted, summed in double
+// across blocks for long contexts).
 void softmax(float* x, int64_t n);
 
 }  // namespace kimi
