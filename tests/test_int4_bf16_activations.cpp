@@ -169,6 +169,31 @@ TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {
 }
 
 // The kernel's layouts: symmetric, groups tiling blocks of 128 inputs or one per row.
+// The packed activations word by word against the documented order (per block of 128 inputs
+// and j < 4, pair l = x[128b + 8l + j], x[128b + 8l + 4 + j], rounded to nearest even; zero past
+// cols), over lengths with partial blocks and tokens: the AVX512_BF16 packing where the CPU has
+// it, the portable loop elsewhere.
+TEST(Int4Bf16DotKernel, PackedActivationsFollowThePairOrder) {
+  Rng rng(41);
+  for (const int64_t cols : {1, 7, 100, 128, 129, 192, 300, 7168}) {
+    const int64_t n = 3, ld = kernels::int4_bf16_packed_cols(cols);
+    const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
+    std::vector<uint16_t> got(size_t(n * ld) + 1, 0xBEEF);
+    kernels::pack_int4_bf16_activations(x.data(), n, cols, got.data());
+    ASSERT_EQ(got.back(), 0xBEEF) << "wrote past the packed rows, cols=" << cols;
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t b = 0; b < ld / 128; ++b)
+        for (int64_t j = 0; j < 4; ++j)
+          for (int64_t l = 0; l < 16; ++l)
+            for (int64_t half = 0; half < 2; ++half) {
+              const int64_t i = 128 * b + 8 * l + 4 * half + j;
+              const uint16_t want = i < cols ? f32_to_bf16(x[size_t(t * cols + i)]) : uint16_t(0);
+              ASSERT_EQ(got[size_t(t * ld + 128 * b + 32 * j + 2 * l + half)], want)
+                  << "cols=" << cols << " t=" << t << " b=" << b << " j=" << j << " l=" << l << " half=" << half;
+            }
+  }
+}
+
 TEST(Int4Bf16DotKernel, LayoutRule) {
   WeightMatrix w;
   w.format = WeightFormat::Int4Group;

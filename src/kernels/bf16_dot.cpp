@@ -10,6 +10,7 @@ void round_to_bf16_avx512bf16(const float* x, int64_t count, uint16_t* dst);
 Bf16DotRows bf16_dot_rows_avx512bf16();
 // int4_bf16_dot_avx512bf16.cpp
 Int4Bf16DotRows int4_bf16_dot_rows_avx512bf16();
+void pack_int4_bf16_activations_avx512bf16(const float* x, int64_t n, int64_t cols, uint16_t* dst);
 
 namespace {
 
@@ -25,6 +26,7 @@ Bf16DotRows bf16_dot_rows() { return have_avx512_bf16() ? bf16_dot_rows_avx512bf
 Int4Bf16DotRows int4_bf16_dot_rows() { return have_avx512_bf16() ? int4_bf16_dot_rows_avx512bf16() : nullptr; }
 
 void pack_int4_bf16_activations(const float* x, int64_t n, int64_t cols, uint16_t* dst) {
+  if (have_avx512_bf16()) return pack_int4_bf16_activations_avx512bf16(x, n, cols, dst);
   const int64_t ld = int4_bf16_packed_cols(cols);
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;

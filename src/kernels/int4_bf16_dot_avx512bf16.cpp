@@ -239,7 +239,52 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
   }
 }
 
+// Word i of the two-register pair (a | b) for output word i of a column pair: columns j and j + 1
+// of the 32 x 4 matrix x[4w + j] of a half block (w < 16), j = 0 or 2.
+constexpr auto column_pair_index(int j) {
+  std::array<uint16_t, 32> idx{};
+  for (int i = 0; i < 32; ++i) idx[size_t(i)] = uint16_t(i < 16 ? 4 * i + j : 4 * (i - 16) + j + 1);
+  return idx;
+}
+constexpr auto kColumns01 = column_pair_index(0);
+constexpr auto kColumns23 = column_pair_index(2);
+
 }  // namespace
+
+// Defined here, declared in bf16_dot.cpp: pack_int4_bf16_activations with AVX512_BF16. Output
+// vector j of a block is x[128b + 4w + j] for w < 32: column j of the block's 128 values seen as
+// 32 x 4. Each half block (64 values, two registers once rounded) gives columns 0 and 1 (and 2
+// and 3) in one VPERMT2W; the halves' 256-bit parts are then put side by side. Rounding as
+// round_to_bf16_avx512bf16's (VCVTNE2PS2BF16).
+void pack_int4_bf16_activations_avx512bf16(const float* x, int64_t n, int64_t cols, uint16_t* dst) {
+  const int64_t ld = int4_bf16_packed_cols(cols);
+  const __m512i c01 = _mm512_loadu_si512(kColumns01.data()), c23 = _mm512_loadu_si512(kColumns23.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    uint16_t* d = dst + t * ld;
+    for (int64_t b = 0; b < ld / 128; ++b) {
+      const float* xb = xt + 128 * b;
+      const int64_t valid = cols - 128 * b;
+      const auto load16 = [&](int g) {  // floats 16g .. 16g + 15 of the block, zero past cols
+        const int64_t left = valid - 16 * g;
+        if (left >= 16) return _mm512_loadu_ps(xb + 16 * g);
+        return left > 0 ? _mm512_maskz_loadu_ps(__mmask16((1u << left) - 1u), xb + 16 * g) : _mm512_setzero_ps();
+      };
+      __m512i w[4];  // words 32q .. 32q + 31 of the block, rounded
+      for (int q = 0; q < 4; ++q) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(load16(2 * q + 1), load16(2 * q));
+        w[q] = reinterpret_cast<const __m512i&>(v);
+      }
+      const __m512i lo01 = _mm512_permutex2var_epi16(w[0], c01, w[1]), hi01 = _mm512_permutex2var_epi16(w[2], c01, w[3]);
+      const __m512i lo23 = _mm512_permutex2var_epi16(w[0], c23, w[1]), hi23 = _mm512_permutex2var_epi16(w[2], c23, w[3]);
+      uint16_t* out = d + 128 * b;
+      _mm512_storeu_si512(out, _mm512_inserti64x4(lo01, _mm512_castsi512_si256(hi01), 1));
+      _mm512_storeu_si512(out + 32, _mm512_shuffle_i64x2(lo01, hi01, _MM_SHUFFLE(3, 2, 3, 2)));
+      _mm512_storeu_si512(out + 64, _mm512_inserti64x4(lo23, _mm512_castsi512_si256(hi23), 1));
+      _mm512_storeu_si512(out + 96, _mm512_shuffle_i64x2(lo23, hi23, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+  }
+}
 
 Int4Bf16DotRows int4_bf16_dot_rows_avx512bf16() { return &matmul_rows_int4_bf16; }
 
