@@ -297,6 +297,36 @@ constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantK
 
 // Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
 // by name when run.
+// Args: n, isa. Softmax over n attention scores (one head at n positions of context) and SwiGLU
+// over n intermediates, in place; scalar is the C library's exp, the baseline of the SIMD ones.
+// Each call works on the last one's output (restoring the input would cost more than a short
+// softmax); the SIMD paths do the same work whatever the values.
+void BM_Softmax(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto isa = Isa(state.range(1));
+  if (skip_unsupported(state, isa)) return;
+  std::vector<float> x = activations(n);
+  for (auto _ : state) {
+    softmax_f32(x.data(), n, isa);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetLabel(std::string(isa_name(isa)));
+}
+void BM_SiluMul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto isa = Isa(state.range(1));
+  if (skip_unsupported(state, isa)) return;
+  const std::vector<float> up = activations(n);
+  std::vector<float> g = activations(n);
+  for (auto _ : state) {
+    silu_mul_f32(g.data(), up.data(), n, isa);
+    benchmark::DoNotOptimize(g.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetLabel(std::string(isa_name(isa)));
+}
+
 void add_per_isa(benchmark::internal::Benchmark* b, std::initializer_list<std::vector<int64_t>> args) {
   for (int64_t isa : {kAvx2, kAvx512})
     for (std::vector<int64_t> a : args) {
@@ -378,6 +408,11 @@ BENCHMARK(BM_Bf16Activations)
     ->Args({4352, 192, 4, 0, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
+// routed experts (8 x 2048) and of mini's dense layer (512).
+BENCHMARK(BM_Softmax)->ArgNames({"n", "isa"})->ArgsProduct({{64, 8192}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SiluMul)->ArgNames({"n", "isa"})->ArgsProduct({{512, 16384}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_SmallBatch)
     ->ArgNames({"rows", "cols", "n", "cold", "isa"})
