@@ -297,6 +297,38 @@ constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantK
 
 // Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
 // by name when run.
+// Args: jobs, rows, cols, act (0: f32, 1: bf16). A decode step's expert batch: `jobs` small
+// matrices of different experts (not adjacent in memory) in one matmul_batch, one token, cold
+// (each call takes the next of many copies, as each step picks other experts); mini's gate / up
+// products of 2 experts (4 x [128 x 192]) and their down products (2 x [192 x 128]), and a
+// batch of 16. Bytes/s of the weights read, as a fraction of the read bandwidth.
+void BM_ExpertBatch(benchmark::State& state) {
+  const int64_t jobs = state.range(0), rows = state.range(1), cols = state.range(2);
+  const bool bf16 = state.range(3) != 0;
+  if (bf16 && !kernels::bf16_dot_rows()) {
+    state.SkipWithError("this CPU lacks avx512_bf16");
+    return;
+  }
+  ThreadPool pool(bench_threads());
+  const Bf16Weights w(rows, cols, kColdBytes);
+  const std::vector<float> x = activations(cols);
+  std::vector<float> y(size_t(jobs * rows));
+  std::vector<MatmulJob> batch(static_cast<size_t>(jobs));
+  int64_t i = 0;
+  for (auto _ : state) {
+    for (int64_t j = 0; j < jobs; ++j) {
+      WeightMatrix m = w.at(i++ * 7);  // 7 copies apart: no two jobs adjacent, as experts are not
+      m.act_quant = bf16 ? ActivationQuant::Bf16 : ActivationQuant::None;
+      batch[size_t(j)] = {m, x.data(), 1, &y[size_t(j * rows)]};
+    }
+    matmul_batch(pool, batch);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  report_bytes(state, jobs * rows * cols * 2);
+  state.SetLabel(bf16 ? "bf16 act" : "f32 act");
+}
+
 // Args: n, isa. Softmax over n attention scores (one head at n positions of context) and SwiGLU
 // over n intermediates, in place; scalar is the C library's exp, the baseline of the SIMD ones.
 // Each call works on the last one's output (restoring the input would cost more than a short
@@ -409,6 +441,13 @@ BENCHMARK(BM_Bf16Activations)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+BENCHMARK(BM_ExpertBatch)
+    ->ArgNames({"jobs", "rows", "cols", "act"})
+    ->ArgsProduct({{4}, {128}, {192}, {0, 1}})
+    ->ArgsProduct({{2}, {192}, {128}, {0, 1}})
+    ->ArgsProduct({{16}, {128}, {192}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 // Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
 // routed experts (8 x 2048) and of mini's dense layer (512).
 BENCHMARK(BM_Softmax)->ArgNames({"n", "isa"})->ArgsProduct({{64, 8192}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);
