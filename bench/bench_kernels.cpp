@@ -295,8 +295,6 @@ constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantK
                   kW8A8 = int64_t(QuantKind::Int8W8A8), kW4A16Zp8 = int64_t(QuantKind::Int4W4A16Zp8),
                   kW4A16Bf16 = int64_t(QuantKind::Int4W4A16Bf16);
 
-// Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
-// by name when run.
 // Args: jobs, rows, cols, act (0: f32, 1: bf16). A decode step's expert batch: `jobs` small
 // matrices of different experts (not adjacent in memory) in one matmul_batch, one token, cold
 // (each call takes the next of many copies, as each step picks other experts); mini's gate / up
@@ -359,6 +357,8 @@ void BM_SiluMul(benchmark::State& state) {
   state.SetLabel(std::string(isa_name(isa)));
 }
 
+// Each argument list once per SIMD ISA (appended as the last argument); unsupported ISAs skip
+// by name when run.
 void add_per_isa(benchmark::internal::Benchmark* b, std::initializer_list<std::vector<int64_t>> args) {
   for (int64_t isa : {kAvx2, kAvx512})
     for (std::vector<int64_t> a : args) {

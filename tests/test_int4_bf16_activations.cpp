@@ -168,7 +168,6 @@ TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {
   }
 }
 
-// The kernel's layouts: symmetric, groups tiling blocks of 128 inputs or one per row.
 // The packed activations word by word against the documented order (per block of 128 inputs
 // and j < 4, pair l = x[128b + 8l + j], x[128b + 8l + 4 + j], rounded to nearest even; zero past
 // cols), over lengths with partial blocks and tokens: the AVX512_BF16 packing where the CPU has
@@ -194,6 +193,7 @@ TEST(Int4Bf16DotKernel, PackedActivationsFollowThePairOrder) {
   }
 }
 
+// The kernel's layouts: symmetric, groups tiling blocks of 128 inputs or one per row.
 TEST(Int4Bf16DotKernel, LayoutRule) {
   WeightMatrix w;
   w.format = WeightFormat::Int4Group;
