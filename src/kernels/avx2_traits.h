@@ -38,19 +38,18 @@ struct Avx2Traits {
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
   }
-  static V exp(V x) {
-    using E = ExpConstants;
-    // max / min return their second operand when one is NaN: a NaN x stays NaN.
-    const V xc = _mm256_min_ps(set1(E::kHi), _mm256_max_ps(set1(E::kLo), x));
-    const V n = _mm256_round_ps(_mm256_mul_ps(xc, set1(E::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = _mm256_fnmadd_ps(n, set1(E::kLn2Lo), _mm256_fnmadd_ps(n, set1(E::kLn2Hi), xc));
-    V p = set1(E::kTaylor[0]);
-    for (int i = 1; i < E::kTerms; ++i) p = fma(p, r, set1(E::kTaylor[i]));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    const V y = _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-    const V y_or_inf = _mm256_blendv_ps(y, set1(__builtin_inff()), _mm256_cmp_ps(x, set1(E::kHi), _CMP_GT_OQ));
-    return _mm256_and_ps(y_or_inf, _mm256_cmp_ps(x, set1(E::kLo), _CMP_NLT_UQ));
+  // exp_poly's (kernels_generic.h) pieces: round to nearest, 2^n of integral n in [-126, 127],
+  // and y where x is in [kLo, kHi], 0 below, +inf above (NaN kept).
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static V round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V pow2(V n) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
   }
+  static V exp_range(V x, V y, float lo, float hi) {
+    const V y_or_inf = _mm256_blendv_ps(y, set1(__builtin_inff()), _mm256_cmp_ps(x, set1(hi), _CMP_GT_OQ));
+    return _mm256_and_ps(y_or_inf, _mm256_cmp_ps(x, set1(lo), _CMP_NLT_UQ));
+  }
+  static V exp(V x) { return exp_poly<Avx2Traits>(x); }
   static float reduce(V v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -43,19 +43,18 @@ struct Avx512Traits {
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
-  static V exp(V x) {
-    using E = ExpConstants;
-    // max / min return their second operand when one is NaN: a NaN x stays NaN.
-    const V xc = _mm512_min_ps(set1(E::kHi), _mm512_max_ps(set1(E::kLo), x));
-    const V n = _mm512_roundscale_ps(_mm512_mul_ps(xc, set1(E::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = _mm512_fnmadd_ps(n, set1(E::kLn2Lo), _mm512_fnmadd_ps(n, set1(E::kLn2Hi), xc));
-    V p = set1(E::kTaylor[0]);
-    for (int i = 1; i < E::kTerms; ++i) p = fma(p, r, set1(E::kTaylor[i]));
-    const __m512i pow2n = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    const V y = _mm512_mul_ps(p, _mm512_castsi512_ps(pow2n));
-    const V y_or_inf = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set1(E::kHi), _CMP_GT_OQ), set1(__builtin_inff()));
-    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(E::kLo), _CMP_NLT_UQ), y_or_inf);
+  // exp_poly's (kernels_generic.h) pieces: round to nearest, 2^n of integral n in [-126, 127],
+  // and y where x is in [kLo, kHi], 0 below, +inf above (NaN kept).
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static V round(V v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static V pow2(V n) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
   }
+  static V exp_range(V x, V y, float lo, float hi) {
+    const V y_or_inf = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, set1(hi), _CMP_GT_OQ), set1(__builtin_inff()));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, set1(lo), _CMP_NLT_UQ), y_or_inf);
+  }
+  static V exp(V x) { return exp_poly<Avx512Traits>(x); }
   static float reduce(V v) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));

@@ -11,7 +11,8 @@
 //   kUntransTokens, kUntransVectors   register tile of matmul_untransposed (tokens x vectors)
 //   zero(), set1(a), add(a, b), fma(a, b, c) = a * b + c, reduce(v) = sum of lanes,
 //   mul(a, b), div(a, b), max(a, b) (b when either is NaN), reduce_max(v) = largest lane,
-//   exp(v)                            e^v per lane (SIMD: the polynomial of ExpConstants)
+//   exp(v)                            e^v per lane (SIMD: exp_poly, from min(a, b), round(v),
+//                                     pow2(n) and exp_range(x, y, lo, hi))
 //   reduce4(a, b, c, d, out)          out[0..4) = reduce(a), ..., reduce(d)
 //   load_x(p), load_x_tail(p, len), store(p, v), store_tail(p, v, len)   f32, len < kLanes
 //   load_w<D>(row, k), load_w_tail<D>(row, k, len)   elements [k, k + kLanes) of a weight row
@@ -659,6 +660,19 @@ struct ExpConstants {
   static constexpr float kTaylor[kTerms] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24,
                                             1.0f / 6,    0.5f,       1.0f,       1.0f};  // highest degree first
 };
+
+template <class Tr>
+typename Tr::V exp_poly(typename Tr::V x) {
+  using V = typename Tr::V;
+  using E = ExpConstants;
+  // max / min return their second operand when one is NaN: a NaN x stays NaN.
+  const V xc = Tr::min(Tr::set1(E::kHi), Tr::max(Tr::set1(E::kLo), x));
+  const V n = Tr::round(Tr::mul(xc, Tr::set1(E::kLog2e)));
+  const V r = Tr::fma(n, Tr::set1(-E::kLn2Lo), Tr::fma(n, Tr::set1(-E::kLn2Hi), xc));
+  V p = Tr::set1(E::kTaylor[0]);
+  for (int i = 1; i < E::kTerms; ++i) p = Tr::fma(p, r, Tr::set1(E::kTaylor[i]));
+  return Tr::exp_range(x, Tr::mul(p, Tr::pow2(n)), E::kLo, E::kHi);
+}
 
 // The exponentials of softmax are summed in f32 lanes over blocks of this many scores, the blocks'
 // sums in double: long contexts keep a double's accuracy at SIMD speed.
