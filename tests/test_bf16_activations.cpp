@@ -18,6 +18,7 @@
 #include "kernels/bf16_dot.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "isa_test.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -56,12 +57,7 @@ void expect_rounded_reference(const Bf16Weights& w, const std::vector<float>& x,
     }
 }
 
-class Bf16ActivationsIsa : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!isa_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
-  }
-};
+class Bf16ActivationsIsa : public test::IsaTest {};
 
 // Ragged shapes: rows around the 4-row tile, columns around the 32-wide step (and below it),
 // tokens around the 6-token tile; Avx512 runs the AVX512_BF16 kernel where the CPU has it.
@@ -99,8 +95,7 @@ TEST_P(Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
   EXPECT_EQ(y, 2.0f) << "bf16 activations";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, Bf16ActivationsIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
-                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
+INSTANTIATE_TEST_SUITE_P(AllIsas, Bf16ActivationsIsa, test::all_isas(), test::isa_param_name);
 
 // The AVX512_BF16 kernel on a share of the rows (a thread's [r0, r1)): those rows exact, the
 // others untouched.

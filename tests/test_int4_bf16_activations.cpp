@@ -19,6 +19,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
+#include "isa_test.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -80,12 +81,7 @@ void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x
   }
 }
 
-class Int4Bf16ActivationsIsa : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!isa_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
-  }
-};
+class Int4Bf16ActivationsIsa : public test::IsaTest {};
 
 // Rows around the 4-row tile, tokens around the 2-token tile, inputs in whole and partial blocks
 // of 128, every group layout the kernel takes (32, 64, 128, 256, one per row) and one it does not
@@ -133,8 +129,7 @@ TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
   EXPECT_EQ(y, 2.0f) << "bf16 activations";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
-                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
+INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, test::all_isas(), test::isa_param_name);
 
 // The AVX512_BF16 kernel on a share of the rows (a thread's [r0, r1)): those rows right, the
 // others untouched. The last shape is large enough (1.1 MB) to stream, prefetching into the next

@@ -19,6 +19,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
 #include "kernels/vec_ops.h"
+#include "isa_test.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -67,14 +68,7 @@ void expect_close(double got, double want, double mag, const std::string& where)
   ASSERT_LE(std::abs(got - want), tol) << where << ": got " << got << ", want " << want;
 }
 
-class KernelsIsa : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!isa_supported(GetParam()))
-      GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
-  }
-  Isa isa() const { return GetParam(); }
-};
+class KernelsIsa : public test::IsaTest {};
 
 // y[n, rows] = x[n, cols] . W^T via the kernel, checked against the double reference; y gets
 // guard values around it that must survive.
@@ -527,11 +521,7 @@ TEST_P(KernelsIsa, MatmulBatchEqualsSeparateProducts) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsa,
-                         ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
-                         [](const ::testing::TestParamInfo<Isa>& p) {
-                           return std::string(isa_name(p.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsa, test::all_isas(), test::isa_param_name);
 
 TEST(Kernels, CpuFeaturesAreConsistent) {
   EXPECT_TRUE(isa_supported(Isa::Scalar));

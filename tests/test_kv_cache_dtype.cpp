@@ -18,6 +18,7 @@
 #include "kernels/vec_ops.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "isa_test.h"
 #include "test_util.h"
 
 namespace kimi {
@@ -94,13 +95,7 @@ TEST(Fp8E4m3, RoundsToTheNearestCode) {
 // ---------------------------------------------------------------------------------------------
 // Kernels
 
-class KvKernelsIsa : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!isa_supported(GetParam())) GTEST_SKIP() << "this CPU lacks " << isa_name(GetParam());
-  }
-  Isa isa() const { return GetParam(); }
-};
+class KvKernelsIsa : public test::IsaTest {};
 
 using test::random_floats;
 std::vector<uint16_t> random_bf16(size_t n, Rng& rng) {
@@ -210,8 +205,7 @@ TEST_P(KvKernelsIsa, E4m3DecodesEveryFiniteCodeExactly) {
   for (size_t i = 0; i < codes.size(); ++i) EXPECT_EQ(out[i], fp8_e4m3_to_f32(codes[i])) << "code " << int(codes[i]);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllIsas, KvKernelsIsa, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512),
-                         [](const ::testing::TestParamInfo<Isa>& p) { return std::string(isa_name(p.param)); });
+INSTANTIATE_TEST_SUITE_P(AllIsas, KvKernelsIsa, test::all_isas(), test::isa_param_name);
 
 // ---------------------------------------------------------------------------------------------
 // Rows and storage
