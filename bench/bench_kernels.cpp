@@ -298,8 +298,8 @@ constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantK
 // Args: jobs, rows, cols, act (0: f32, 1: bf16). A decode step's expert batch: `jobs` small
 // matrices of different experts (not adjacent in memory) in one matmul_batch, one token, cold
 // (each call takes the next of many copies, as each step picks other experts); mini's gate / up
-// products of 2 experts (4 x [128 x 192]) and their down products (2 x [192 x 128]), and a
-// batch of 16. Bytes/s of the weights read, as a fraction of the read bandwidth.
+// products of 2 experts (4 x [128 x 192]) and their down products (2 x [192 x 128]), a batch of
+// 16, and `small`'s 4 experts (8 x [512 x 1024] gate / up, 4 x [1024 x 512] down; 1 MiB each). Bytes/s of the weights read, as a fraction of the read bandwidth.
 void BM_ExpertBatch(benchmark::State& state) {
   const int64_t jobs = state.range(0), rows = state.range(1), cols = state.range(2);
   const bool bf16 = state.range(3) != 0;
@@ -446,6 +446,8 @@ BENCHMARK(BM_ExpertBatch)
     ->ArgsProduct({{4}, {128}, {192}, {0, 1}})
     ->ArgsProduct({{2}, {192}, {128}, {0, 1}})
     ->ArgsProduct({{16}, {128}, {192}, {0, 1}})
+    ->ArgsProduct({{8}, {512}, {1024}, {0, 1}})
+    ->ArgsProduct({{4}, {1024}, {512}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 // Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
