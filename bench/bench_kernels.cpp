@@ -299,7 +299,8 @@ constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantK
 // matrices of different experts (not adjacent in memory) in one matmul_batch, one token, cold
 // (each call takes the next of many copies, as each step picks other experts); mini's gate / up
 // products of 2 experts (4 x [128 x 192]) and their down products (2 x [192 x 128]), a batch of
-// 16, and `small`'s 4 experts (8 x [512 x 1024] gate / up, 4 x [1024 x 512] down; 1 MiB each). Bytes/s of the weights read, as a fraction of the read bandwidth.
+// 16, and `small`'s 4 experts (8 x [512 x 1024] gate / up, 4 x [1024 x 512] down; 1 MiB each).
+// Bytes/s of the weights read, as a fraction of the read bandwidth.
 void BM_ExpertBatch(benchmark::State& state) {
   const int64_t jobs = state.range(0), rows = state.range(1), cols = state.range(2);
   const bool bf16 = state.range(3) != 0;
