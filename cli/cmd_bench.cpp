@@ -192,8 +192,9 @@ int run_throughput(int argc, char** argv) {
         "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
         "compute per second against the matmul peak measured in the same run. With\n"
         "--speculative-config each level runs again with speculation: its tok/s over plain and its\n"
-        "acceptance length show where speculation stops paying as concurrency grows. --prompt-file:\n"
-        "prompts are slices of that text (with the model's tokenizer) instead of random ids.\n");
+        "acceptance length show where speculation stops paying as concurrency grows (its\n"
+        "disable_by_batch_size applies: give 0 to draft at every level). --prompt-file: prompts\n"
+        "are slices of that text (with the model's tokenizer) instead of random ids.\n");
     return 0;
   }
   ModelOptions mo;

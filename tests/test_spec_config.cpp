@@ -28,6 +28,18 @@ TEST(SpecConfig, ParsesVllmsKeys) {
   EXPECT_EQ(parse_speculative_config(R"({"method":"deepseek_mtp","num_speculative_tokens":1})").method, Method::Mtp);
 }
 
+TEST(SpecConfig, DisableByBatchSizeDefaultsByMethod) {
+  // Draft models pause above one sequence, n-gram lookup never (the measured crossovers); a given
+  // value, 0 included, wins.
+  EXPECT_EQ(parse_speculative_config(R"({"method":"eagle3","model":"/d","num_speculative_tokens":3})").disable_by_batch_size, 1);
+  EXPECT_EQ(parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":1})").disable_by_batch_size, 1);
+  EXPECT_EQ(parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":3})").disable_by_batch_size, 0);
+  EXPECT_EQ(parse_speculative_config(R"({"method":"eagle3","model":"/d","num_speculative_tokens":3,"disable_by_batch_size":0})")
+                .disable_by_batch_size, 0);
+  EXPECT_EQ(parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":1,"disable_by_batch_size":4})")
+                .disable_by_batch_size, 4);
+}
+
 TEST(SpecConfig, BadConfigsAreClearErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{", "not valid JSON"},

@@ -75,10 +75,12 @@ class SpeculativeTest : public ::testing::Test {
 
 const char* kNgram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
-// The trained Eagle3 draft of mini (models/mini-eagle3), k drafts per step.
+// The trained Eagle3 draft of mini (models/mini-eagle3), k drafts per step, drafting at every
+// batch size (by default a draft model pauses above one sequence) so that batches verify.
 std::string eagle3(int k = 3, const char* name = "mini-eagle3") {
   const auto draft = test::mini_model_dir().parent_path() / name;
-  return R"({"method":"eagle3","model":")" + draft.string() + R"(","num_speculative_tokens":)" + std::to_string(k) + "}";
+  return R"({"method":"eagle3","model":")" + draft.string() + R"(","num_speculative_tokens":)" + std::to_string(k) +
+         R"(,"disable_by_batch_size":0})";
 }
 
 TEST_F(SpeculativeTest, GreedyNgramEqualsPlainAloneAndBatched) {
@@ -287,7 +289,7 @@ TEST(SpeculativeTiny, ARandomEagle3DraftChangesNoToken) {
   }
   Engine plain(model, nullptr, c);
   c.speculative = spec::parse_speculative_config(R"({"method":"eagle3","model":")" + draft.string() +
-                                                 R"(","num_speculative_tokens":3})");
+                                                 R"(","num_speculative_tokens":3,"disable_by_batch_size":0})");
   Engine spec(model, nullptr, c);
   const auto a = plain.generate(ps, sp), b = spec.generate(ps, sp);
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(b[i][0].token_ids, a[i][0].token_ids) << i;
@@ -325,7 +327,8 @@ TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
     for (int k : {1, 3}) {
       EngineConfig sc = c;
       sc.speculative = spec::parse_speculative_config(std::string(R"({"method":")") + method +
-                                                      R"(","num_speculative_tokens":)" + std::to_string(k) + "}");
+                                                      R"(","num_speculative_tokens":)" + std::to_string(k) +
+                                                      R"(,"disable_by_batch_size":0})");
       Engine spec(model, nullptr, sc);
       for (size_t i = 0; i < 2; ++i)
         EXPECT_EQ(spec.generate({ps[i]}, sp)[0][0].token_ids, want[i][0].token_ids) << method << " alone " << i << " k " << k;
@@ -344,7 +347,7 @@ TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
   tight.scheduler.max_model_len = 80;  // one sequence of up to 65 tokens fits in 24 blocks; four do not
   tight.num_kv_blocks_override = 24;
   tight.scheduler.max_num_batched_tokens = 12;
-  tight.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
+  tight.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3,"disable_by_batch_size":0})");
   Engine spec(model, nullptr, tight);
   for (int pass = 0; pass < 2; ++pass) {
     const auto got = spec.generate(shared, sp);
@@ -361,7 +364,7 @@ TEST(SpeculativeTiny, ARandomMtpLayerChangesNoToken) {
   narrow.kv_cache_dtype = KvCacheDtype::BFloat16;
   Engine plain_bf16(model, nullptr, narrow);
   const auto want_bf16 = plain_bf16.generate(ps, sp);
-  narrow.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3})");
+  narrow.speculative = spec::parse_speculative_config(R"({"method":"mtp","num_speculative_tokens":3,"disable_by_batch_size":0})");
   Engine mtp_bf16(model, nullptr, narrow);
   const auto got_bf16 = mtp_bf16.generate(ps, sp);
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(got_bf16[i][0].token_ids, want_bf16[i][0].token_ids) << "bf16 " << i;

@@ -33,6 +33,8 @@ const char* method_name(Method m) {
   return "none";
 }
 
+int64_t default_disable_by_batch_size(Method m) { return m == Method::Eagle3 || m == Method::Mtp ? 1 : 0; }
+
 SpeculativeConfig parse_speculative_config(const std::string& json_text) {
   SpeculativeConfig c;
   if (json_text.empty()) return c;
@@ -86,7 +88,8 @@ SpeculativeConfig parse_speculative_config(const std::string& json_text) {
     if (c.draft_tensor_parallel_size != 1)
       throw Error("--speculative-config: draft_tensor_parallel_size must be 1 (the target runs without tensor parallelism)");
   }
-  if (j.contains("disable_by_batch_size")) c.disable_by_batch_size = int_field(j, "disable_by_batch_size", 0, 1 << 20);
+  c.disable_by_batch_size = j.contains("disable_by_batch_size") ? int_field(j, "disable_by_batch_size", 0, 1 << 20)
+                                                                 : default_disable_by_batch_size(c.method);
   return c;
 }
 

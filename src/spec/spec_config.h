@@ -22,10 +22,19 @@ struct SpeculativeConfig {
   int64_t prompt_lookup_min = 5;
   int64_t draft_tensor_parallel_size = 1;
   // Speculation pauses while more sequences than this are scheduled in one step (a batch that
-  // already fills the machine gains nothing from verifying drafts). 0: never pauses.
+  // already fills the machine gains nothing from verifying drafts). 0: never pauses. Unset, it
+  // takes default_disable_by_batch_size(method).
   int64_t disable_by_batch_size = 0;
   bool enabled() const { return method != Method::None; }
 };
+
+// The default of disable_by_batch_size, from `kimi bench throughput` on the trained mini pair
+// (bench/results/2026-12-06-speculation-crossover.md): a draft model (eagle3, mtp) costs a forward
+// per draft token and a verification several target tokens, and paid only with one sequence
+// (1.11-1.19x with one draft token; 0.80-0.93x from two sequences up), so it pauses above 1;
+// n-gram lookup costs no forward and drafts only on a match, and never lost beyond the noise
+// (0.97-1.28x from 1 to 16 sequences), so it never pauses.
+int64_t default_disable_by_batch_size(Method m);
 
 // Parses the JSON text of --speculative-config; throws kimi::Error naming the offending key or
 // value (unknown keys and methods included). An empty string gives a disabled config.
