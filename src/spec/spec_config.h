@@ -22,8 +22,8 @@ struct SpeculativeConfig {
   int64_t prompt_lookup_min = 5;
   int64_t draft_tensor_parallel_size = 1;
   // Speculation pauses while more sequences than this are scheduled in one step (a batch that
-  // already fills the machine gains nothing from verifying drafts). 0: never pauses. Unset, it
-  // takes default_disable_by_batch_size(method).
+  // already fills the machine gains nothing from verifying drafts). 0: never pauses. When the
+  // JSON does not give it, parse_speculative_config sets default_disable_by_batch_size(method).
   int64_t disable_by_batch_size = 0;
   bool enabled() const { return method != Method::None; }
 };
