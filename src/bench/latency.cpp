@@ -174,10 +174,11 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
     out += v.label + ": " + v.model->weights().storage + ", KV cache " +
            std::string(kv_cache_dtype_name(v.kv_cache_dtype)) + "\n";
   if (std::any_of(variants.begin(), variants.end(), [](const LatencyVariant& v) { return v.speculative.enabled(); })) {
-    out += "\nspeculative decoding (step times: medians, alone, at the prompt's context)\n";
-    std::snprintf(line, sizeof line, "%-*s %3s %7s %9s %10s %9s %10s %9s %9s %12s %10s %7s %7s %9s\n", w, "variant", "k",
-                  "drafts", "accepted", "accept len", "plain ms", "verify ms", "draft ms", "catch-up", "predicted/s",
-                  "decode/s", "pred x", "meas x", "meas/pred");
+    out += "\nspeculative decoding (step times: medians, each after the step decoding runs before it, at the\n"
+           "prompt's context)\n";
+    std::snprintf(line, sizeof line, "%-*s %3s %7s %9s %10s %9s %10s %9s %9s %9s %12s %10s %7s %7s %9s\n", w, "variant",
+                  "k", "drafts", "accepted", "accept len", "plain ms", "verify ms", "draft ms", "catch-up", "chain ms",
+                  "predicted/s", "decode/s", "pred x", "meas x", "meas/pred");
     out += line;
     // The plain variant decodes through the same engine: its measured rate against its step time
     // is the engine's cost per step without speculation, which the speed-ups compare net of.
@@ -192,18 +193,19 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
       const double pred_x = predicted * f.plain_step_seconds;
       const double meas_x = plain ? v.result.decode_tokens_per_s / plain->result.decode_tokens_per_s : 0.0;
       std::snprintf(line, sizeof line,
-                    "%-*s %3lld %7lld %9lld %10.2f %9.3f %10.3f %9.3f %9.3f %12.1f %10.1f %6.2fx %6.2fx %8.2fx\n", w,
+                    "%-*s %3lld %7lld %9lld %10.2f %9.3f %10.3f %9.3f %9.3f %9.3f %12.1f %10.1f %6.2fx %6.2fx %8.2fx\n", w,
                     v.label.c_str(), (long long)f.k, (long long)f.drafts, (long long)f.accepted, f.acceptance_length,
                     1e3 * f.plain_step_seconds, 1e3 * f.verify_step_seconds, 1e3 * f.draft_step_seconds,
-                    1e3 * f.catch_up_step_seconds, predicted, v.result.decode_tokens_per_s, pred_x, meas_x,
-                    plain ? meas_x / pred_x : 0.0);
+                    1e3 * f.catch_up_step_seconds, 1e3 * f.chain_step_seconds, predicted, v.result.decode_tokens_per_s,
+                    pred_x, meas_x, plain ? meas_x / pred_x : 0.0);
       out += line;
     }
     out += "(accept len: 1 + accepted / drafts, tokens per verification step; plain: a target step of one\n"
-           " token; verify: of k + 1 tokens; draft: the proposer drafting one token; catch-up: its first call\n"
-           " after a verification step, taking in all k + 1 verified positions; predicted: output tokens\n"
-           " over drafts x (verify + first call + (k - 1) x draft) + the steps without drafts x (plain +\n"
-           " draft), the first call interpolated as draft + accepted / (drafts x k) x (catch-up - draft);\n"
+           " token; verify: of k + 1 tokens, after the proposer's call; draft: the proposer drafting one\n"
+           " token after a verification step; catch-up: the same taking in all k + 1 verified positions;\n"
+           " chain: each further draft of a call of k; predicted: output tokens over drafts x (verify +\n"
+           " first draft + (k - 1) x chain) + the steps without drafts x (plain + draft), the first draft\n"
+           " interpolated as draft + accepted / (drafts x k) x (catch-up - draft);\n"
            " pred x: the speed-up the step times predict, predicted/s x plain ms; meas x: decode/s over\n"
            " plain decoding's in this run; meas/pred near 1: speculation's machinery costs nothing beyond\n"
            " the steps (the engine's own cost per step, which plain decoding pays too, cancels))\n";

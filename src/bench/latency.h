@@ -25,8 +25,9 @@ struct LatencyOptions {
 };
 
 // A speculative variant's own figures: the drafts of its best iteration, and the times of the
-// steps it is made of, measured alone at the prompt's context, from which its decode speed is
-// predicted (so that what the engine adds around them shows as the gap to the measured speed).
+// steps it is made of, each measured at the prompt's context right after the step decoding runs
+// before it (the caches as decoding leaves them), from which its decode speed is predicted (so
+// that what the engine adds around them shows as the gap to the measured speed).
 struct SpeculativeFigures {
   int64_t k = 0;                          // num_speculative_tokens
   int64_t drafts = 0, draft_tokens = 0, accepted = 0;  // over all the prompts of the best iteration
@@ -34,11 +35,12 @@ struct SpeculativeFigures {
   double plain_step_seconds = 0;          // target forward of 1 token
   double verify_step_seconds = 0;         // target forward of k + 1 tokens
   double draft_step_seconds = 0;          // the proposer drafting one token for one sequence
+  double chain_step_seconds = 0;          // each further draft of the same call (k > 1)
   // The proposer's first call of a step after k + 1 positions were verified: it takes in all of
   // them (a draft model writes their KV) and drafts one token. After a step with a accepted drafts
   // it takes in a + 1; the prediction interpolates between this and draft_step_seconds.
   double catch_up_step_seconds = 0;
-  // steps with drafts x (verify + the catch-up at the mean acceptance + k - 1 draft steps)
+  // steps with drafts x (verify + the catch-up at the mean acceptance + k - 1 chain steps)
   // + the rest x (plain + draft)
   double predicted_decode_seconds = 0;
 };

@@ -11,10 +11,12 @@ namespace {
 
 constexpr int kRepeats = 15;  // the median of this many: single steps are short and noisy
 
-template <class F>
-double median_seconds(F&& f) {
+// The median of kRepeats timings of f, each right after an untimed call of before.
+template <class Before, class F>
+double median_seconds(Before&& before, F&& f) {
   std::vector<double> t;
   for (int i = 0; i < kRepeats; ++i) {
+    before();
     const auto t0 = std::chrono::steady_clock::now();
     f();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -41,8 +43,6 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
     fb.seqs.push_back({.tokens = tokens, .kv = cache.view(), .num_logits = int64_t(tokens.size())});
     model.forward(fb);
   };
-  f.plain_step_seconds = median_seconds([&] { run(step); });
-  f.verify_step_seconds = median_seconds([&] { run(verify); });
 
   // One draft token for one sequence: a draft model runs one position; n-gram scans the prompt.
   const int64_t block_size = 16, blocks = (ctx + k + block_size) / block_size + 1;
@@ -54,22 +54,36 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
   req.request_id = "bench";
   req.tokens = prompt;
   req.block_ids = table;
-  req.num_drafts = 1;
   std::vector<std::vector<int32_t>> drafts;
-  // One new position, then all k + 1 of a verification step whose drafts all passed.
-  auto draft_seconds = [&](int64_t positions) {
-    const std::vector<float> hidden(layers.size() * size_t(positions * c.hidden_size), 0.01f);
+  std::vector<float> hidden;
+  // Sets up the proposer's call that takes in `positions` new positions and drafts num_drafts
+  // tokens, and returns that call.
+  auto proposal = [&](int64_t positions, int64_t num_drafts) {
+    hidden.assign(layers.size() * size_t(positions * c.hidden_size), 0.01f);
     req.first_position = ctx - 1 - positions;
     req.num_positions = positions;
+    req.num_drafts = num_drafts;
     req.hidden_states = hidden;
-    return median_seconds([&] { proposer->propose({&req, 1}, drafts); });
+    return [&] { proposer->propose({&req, 1}, drafts); };
   };
-  f.draft_step_seconds = draft_seconds(1);
-  f.catch_up_step_seconds = draft_seconds(std::min<int64_t>(k + 1, ctx - 1));
+  // Each step is timed where decoding runs it: plain steps after plain steps, a verification after
+  // the proposer's call, the proposer after a verification (whose reads take the draft's weights
+  // out of L2: timed back to back instead, a draft step of the mini pair took half the time).
+  f.plain_step_seconds = median_seconds([] {}, [&] { run(step); });
+  f.verify_step_seconds = median_seconds(proposal(1, k), [&] { run(verify); });
+  const auto after_verify = [&](int64_t positions, int64_t num_drafts) {
+    return median_seconds([&] { run(verify); }, proposal(positions, num_drafts));
+  };
+  // One new position, then all k + 1 of a verification step whose drafts all passed; the chain's
+  // later drafts as the extra time of k drafts over one.
+  f.draft_step_seconds = after_verify(1, 1);
+  f.catch_up_step_seconds = after_verify(std::min<int64_t>(k + 1, ctx - 1), 1);
+  f.chain_step_seconds =
+      k > 1 ? std::max(0.0, (after_verify(1, k) - f.draft_step_seconds) / double(k - 1)) : f.draft_step_seconds;
 
   // A step with drafts verifies them, then the proposer takes in the 1 + a verified positions and
-  // drafts k tokens: its first call costs about draft + a / k x (catch-up - draft) (a model
-  // proposer's work grows by one row's KV per position), the others one draft step each. The
+  // drafts k tokens: its first draft costs about draft + a / k x (catch-up - draft) (a model
+  // proposer's work grows by one row's KV per position), the others one chain step each. The
   // steps without drafts (no proposal, e.g. no n-gram match) are plain steps that asked the
   // proposer once. output_len decode tokens came out of them. Counts are over num_prompts
   // prompts; the prediction is per prompt, as r.decode_seconds.
@@ -79,7 +93,7 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
   const int64_t from_drafts = f.drafts + f.accepted;
   const int64_t plain_steps = std::max<int64_t>(0, o.output_len * o.num_prompts - from_drafts);
   f.predicted_decode_seconds =
-      (double(f.drafts) * (f.verify_step_seconds + first_call + double(k - 1) * f.draft_step_seconds) +
+      (double(f.drafts) * (f.verify_step_seconds + first_call + double(k - 1) * f.chain_step_seconds) +
        double(plain_steps) * (f.plain_step_seconds + f.draft_step_seconds)) /
       double(o.num_prompts);
 }
