@@ -97,6 +97,45 @@ TEST(Cli, BenchLatencyComparesKvCacheDtypesInOneRun) {
             0);
 }
 
+// Speculative variants: each prints its acceptance and its step times, each step timed after the
+// step decoding runs before it (a random Eagle3 draft for the tiny target, and n-gram lookup).
+TEST(Cli, BenchLatencyTimesSpeculativeSteps) {
+  test::TempDir d;
+  const std::string dir = (d.path() / "m").string(), draft = (d.path() / "draft").string();
+  ASSERT_EQ(test::run_kimi("make-model " + dir).status, 0);
+  ASSERT_EQ(test::run_kimi("make-model " + draft + " --draft eagle3").status, 0);
+  const test::CmdResult r = test::run_kimi(
+      "bench latency --model " + dir + " --input-len 16 --output-len 6 --num-iters 1 --speculative-config '[{\"method\":\"eagle3\",\"model\":\"" +
+      draft + "\"},{\"method\":\"ngram\",\"prompt_lookup_min\":1}]' --num-speculative-tokens 1,3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("chain ms"), std::string::npos) << r.out;
+  for (const char* variant : {"\neagle3 k=1 ", "\neagle3 k=3 ", "\nngram k=1 ", "\nngram k=3 "}) {
+    // Its second row is the step-time table's: k, drafts, accepted, accept len, 5 step times,
+    // predicted/s, decode/s, pred x, meas x, meas/pred.
+    const size_t first = r.out.find(variant), second = r.out.find(variant, first + 1);
+    ASSERT_NE(second, std::string::npos) << variant << r.out;
+    std::istringstream row(r.out.substr(second + 1, r.out.find('\n', second + 1) - second - 1));
+    std::string name, kname;
+    int64_t k = 0, drafts = -1, accepted = -1;
+    double accept_len = 0, step[5] = {};
+    row >> name >> kname >> k >> drafts >> accepted >> accept_len;
+    for (double& t : step) row >> t;
+    ASSERT_TRUE(row) << variant << r.out;
+    // (random prompt ids: n-gram lookup may find nothing to draft, and then reports 0)
+    if (drafts > 0) {
+      EXPECT_GE(accept_len, 1.0) << variant;
+    } else {
+      EXPECT_EQ(accept_len, 0.0) << variant;
+    }
+    EXPECT_GT(step[0], 0.0) << variant << " plain";
+    EXPECT_GT(step[1], 0.0) << variant << " verify";
+    if (name == "eagle3") {
+      EXPECT_GT(drafts, 0) << variant;
+      EXPECT_GT(step[2], 0.0) << variant << " draft";
+    }
+  }
+}
+
 // --dtype: bench latency compares f32 and bf16 activations in one run; generate refuses float16.
 TEST(Cli, DtypeSelectsTheActivations) {
   test::TempDir d;
