@@ -44,7 +44,7 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
     model.forward(fb);
   };
 
-  // One draft token for one sequence: a draft model runs one position; n-gram scans the prompt.
+  // The proposer for one sequence, its block table covering the prompt and k drafts past it.
   const int64_t block_size = 16, blocks = (ctx + k + block_size) / block_size + 1;
   const std::unique_ptr<spec::Proposer> proposer = spec::make_proposer(config, model, blocks, block_size, o.kv_cache_dtype);
   std::vector<int32_t> table(static_cast<size_t>(blocks));
@@ -57,7 +57,8 @@ void measure_speculative_steps(Model& model, const spec::SpeculativeConfig& conf
   std::vector<std::vector<int32_t>> drafts;
   std::vector<float> hidden;
   // Sets up the proposer's call that takes in `positions` new positions and drafts num_drafts
-  // tokens, and returns that call.
+  // tokens (in req and hidden, shared: one set-up at a time), and returns that call. One draft
+  // token: a draft model runs one position; n-gram scans the prompt.
   auto proposal = [&](int64_t positions, int64_t num_drafts) {
     hidden.assign(layers.size() * size_t(positions * c.hidden_size), 0.01f);
     req.first_position = ctx - 1 - positions;
