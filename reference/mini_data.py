@@ -19,6 +19,13 @@ Outputs in OUT (default build/mini_data):
                               `kimi train-tokenizer --ranks N` trained on train.txt only
   train.ids.npy / heldout.ids.npy   uint16/int32 token ids, documents joined by [EOS]
   meta.json                   counts, sources, seed
+
+--tokenizer DIR copies an existing tokenizer (e.g. models/mini) instead of training one, so that a
+machine with other packages installed (other manual pages, hence another corpus) still writes ids
+in that model's vocabulary, e.g. to train a draft for it. --exclude-file FILE then drops every
+training document or dialogue that shares a 200-character window with FILE (e.g.
+reference/mini-heldout.txt): on another corpus the held-out split can fall elsewhere, and a
+document the evaluation prompts come from must not be trained on.
 """
 import argparse
 import glob
@@ -29,6 +36,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -264,6 +272,35 @@ def tokenize(kimi, tok_dir, docs, tmp, name):
     return [json.loads(l) for l in out.splitlines()]
 
 
+def train_tokenizer(args, tok_dir, train_docs, train_dlg):
+    os.makedirs(tok_dir, exist_ok=True)
+    tok_corpus = os.path.join(args.out, "tokenizer_corpus.txt")
+    with open(tok_corpus, "w") as f:
+        n = 0
+        for d in train_docs + train_dlg[:500]:
+            f.write(d + "\n\n")
+            n += len(d)
+            if n > args.tokenizer_mb * 1e6:
+                break
+    with open(os.path.join(REPO, "templates/kimi-k25.jinja")) as f:
+        tmpl = f.read()
+    with open(os.path.join(tok_dir, "chat_template.jinja"), "w") as f:
+        f.write(tmpl)
+    with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": tmpl}, f)
+    subprocess.run([args.kimi, "train-tokenizer", tok_dir, tok_corpus, "--ranks", str(args.ranks)], check=True)
+
+
+def drop_overlapping(docs, path):
+    """The documents that share no 200-character window (at a stride of 100) with the file."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    windows = {text[i:i + 200] for i in range(max(1, len(text) - 199))}
+    kept = [d for d in docs if not any(d[i:i + 200] in windows for i in range(0, max(1, len(d) - 199), 100))]
+    print(f"--exclude-file: dropped {len(docs) - len(kept)} of {len(docs)}", file=sys.stderr)
+    return kept
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(REPO, "build/mini_data"))
@@ -272,6 +309,8 @@ def main():
     ap.add_argument("--max-train-mb", type=float, default=14.0, help="cap on training text")
     ap.add_argument("--tokenizer-mb", type=float, default=4.0, help="text the BPE trainer sees")
     ap.add_argument("--max-doc-chars", type=int, default=30000, help="longer documents are cut")
+    ap.add_argument("--tokenizer", help="an existing tokenizer directory to use instead of training one")
+    ap.add_argument("--exclude-file", help="drop training text that shares a 200-character window with it")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(SEED)
@@ -320,6 +359,9 @@ def main():
     held_dlg = render_dialogues(args.kimi, make_cases(held_pairs[:200], rng), args.out)
     counts["dialogue"] = sum(len(d) for d in train_dlg)
 
+    if args.exclude_file:
+        train_docs, train_dlg = drop_overlapping(train_docs, args.exclude_file), drop_overlapping(train_dlg, args.exclude_file)
+
     # Dialogues mixed into the documents at deterministic places.
     train_all = train_docs + train_dlg
     random.Random(SEED + 1).shuffle(train_all)
@@ -332,24 +374,16 @@ def main():
     with open(os.path.join(args.out, "heldout_dialogues.txt"), "w") as f:
         f.write("\n\n".join(held_dlg) + "\n")
 
-    # Tokenizer: trained on the first tokenizer-mb of the training documents (deterministic).
+    # Tokenizer: trained on the first tokenizer-mb of the training documents (deterministic),
+    # unless one is given.
     tok_dir = os.path.join(args.out, "tokenizer")
-    os.makedirs(tok_dir, exist_ok=True)
-    tok_corpus = os.path.join(args.out, "tokenizer_corpus.txt")
-    with open(tok_corpus, "w") as f:
-        n = 0
-        for d in train_docs + train_dlg[:500]:
-            f.write(d + "\n\n")
-            n += len(d)
-            if n > args.tokenizer_mb * 1e6:
-                break
-    with open(os.path.join(REPO, "templates/kimi-k25.jinja")) as f:
-        tmpl = f.read()
-    with open(os.path.join(tok_dir, "chat_template.jinja"), "w") as f:
-        f.write(tmpl)
-    with open(os.path.join(tok_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"chat_template": tmpl}, f)
-    subprocess.run([args.kimi, "train-tokenizer", tok_dir, tok_corpus, "--ranks", str(args.ranks)], check=True)
+    if args.tokenizer:
+        os.makedirs(tok_dir, exist_ok=True)   # a copy where the training scripts look for it
+        for name in ("tiktoken.model", "tokenizer_config.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(args.tokenizer, name)):
+                shutil.copyfile(os.path.join(args.tokenizer, name), os.path.join(tok_dir, name))
+    else:
+        train_tokenizer(args, tok_dir, train_docs, train_dlg)
     with open(os.path.join(tok_dir, "tokenizer_config.json")) as f:
         tc = json.load(f)
     specials = {v["content"]: int(k) for k, v in tc["added_tokens_decoder"].items()}

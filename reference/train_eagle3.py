@@ -36,6 +36,8 @@ Run:
   nice -n 19 /usr/bin/python3 reference/train_eagle3.py --target models/mini --data build/mini_data \
       --out models/mini-eagle3 > mini_eagle3.log 2>&1
   --eval-only  measures an existing draft (--out) without training.
+  --init DIR   goes on training an existing draft (its config.json, not the shape flags, decides
+               the shape) instead of a new one; the learning-rate schedule starts afresh.
 """
 import argparse
 import json
@@ -315,6 +317,22 @@ def self_generated(args, train, eos):
     return ids
 
 
+def new_draft(tc, args, target):
+    """A draft of the flags' shape: random layers, the target's embeddings and head."""
+    dc = draft_config(tc, args)
+    draft = Eagle3(dc)
+    g = torch.Generator().manual_seed(args.seed)
+    with torch.no_grad():
+        for n, p in draft.named_parameters():
+            if n.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.lm_head.weight.copy_(target.lm_head.weight)   # a good start: the target's own head
+    return draft, dc
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="models/mini")
@@ -328,6 +346,7 @@ def main():
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--ttt", type=int, default=3, help="training-time-test unroll steps")
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--init", help="an existing draft directory to go on training instead of a new draft")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--intermediate", type=int, default=512)
     ap.add_argument("--eval-prompts", type=int, default=12)
@@ -358,17 +377,11 @@ def main():
         with open(os.path.join(args.data, "meta.json")) as f:
             gen = self_generated(args, train, json.load(f)["eos_id"])
         gen_rows = max(1, min(args.batch - 1, round(args.batch * args.self_share)))
-    dc = draft_config(tc, args)
-    draft = Eagle3(dc)
-    g = torch.Generator().manual_seed(args.seed)
-    with torch.no_grad():
-        for n, p in draft.named_parameters():
-            if n.endswith("norm.weight"):
-                p.fill_(1.0)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
-        draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
-        draft.lm_head.weight.copy_(target.lm_head.weight)   # a good start: the target's own head
+    if args.init:   # go on training an existing draft (its config.json wins over the flags)
+        draft, dc = load_draft(args.init)
+        draft.train()
+    else:
+        draft, dc = new_draft(tc, args, target)
     draft.embed_tokens.weight.requires_grad_(False)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)

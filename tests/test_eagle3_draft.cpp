@@ -218,7 +218,11 @@ TEST_F(Eagle3DraftMini, Bf16KvRowsKeepTheGoldenDrafts) {
 }
 
 // With the target's `--dtype bfloat16` the draft's linears round their inputs to bf16 as well:
-// the golden drafts, logits within the bf16 bound above, and not the f32 logits exactly.
+// the golden drafts, logits within 512 tolerances = 1e-2 of the largest logit, and not the f32
+// logits exactly. A wider bound than the bf16 KV rows' above: every linear's input (fc, q/k/v, o,
+// the MLP, lm_head) is rounded by up to 2^-9 relative and the chain feeds each draft step's hidden
+// state to the next; measured 141 tolerances with the draft of 2026-12-05, 247 with the one of
+// 2026-12-06 (trained further). A wrong layout moves logits by O(1), over 10x this bound.
 TEST_F(Eagle3DraftMini, Bf16ActivationsKeepTheGoldenDrafts) {
   auto f32 = proposer(draft_dir_);
   f32->set_keep_logits(true);
@@ -226,7 +230,7 @@ TEST_F(Eagle3DraftMini, Bf16ActivationsKeepTheGoldenDrafts) {
   auto bf16 = proposer(draft_dir_, nullptr, KvCacheDtype::Float32, /*bf16_activations=*/true);
   bf16->set_keep_logits(true);
   EXPECT_EQ(propose_one(*bf16, request(capture_, 0, n(), 3)), drafts_);
-  expect_golden_logits(*bf16, "bf16 activations", 192.0f);
+  expect_golden_logits(*bf16, "bf16 activations", 512.0f);
   const std::vector<float>& a = f32->last_logits()[0];
   const std::vector<float>& b = bf16->last_logits()[0];
   EXPECT_GT(max_diff(a.data(), b.data(), int64_t(a.size())), 0.0f) << "the activations were not rounded";
