@@ -291,14 +291,12 @@ def train_tokenizer(args, tok_dir, train_docs, train_dlg):
     subprocess.run([args.kimi, "train-tokenizer", tok_dir, tok_corpus, "--ranks", str(args.ranks)], check=True)
 
 
-def drop_overlapping(docs, path):
-    """The documents that share no 200-character window (at a stride of 100) with the file."""
+def shares_text_with(path):
+    """A test: does a document share a 200-character window (checked at a stride of 100) with the file?"""
     with open(path, encoding="utf-8") as f:
         text = f.read()
     windows = {text[i:i + 200] for i in range(max(1, len(text) - 199))}
-    kept = [d for d in docs if not any(d[i:i + 200] in windows for i in range(0, max(1, len(d) - 199), 100))]
-    print(f"--exclude-file: dropped {len(docs) - len(kept)} of {len(docs)}", file=sys.stderr)
-    return kept
+    return lambda d: any(d[i:i + 200] in windows for i in range(0, max(1, len(d) - 199), 100))
 
 
 def main():
@@ -321,6 +319,8 @@ def main():
     sources = [list(python_docs()), list(handbook()), list(manpages()), list(fortunes())]
     idx = 0
     total = 0
+    excluded = shares_text_with(args.exclude_file) if args.exclude_file else None
+    dropped_docs = 0
     merged = []
     while any(sources):
         for s in sources:
@@ -336,6 +336,9 @@ def main():
         idx += 1
         pairs = dialogues_from(name, text, rng)
         src = name.split(":")[0]
+        if not held and excluded and excluded(text):
+            dropped_docs += 1
+            continue  # with its dialogues, whose answers quote it
         if held:
             held_docs.append(text)
             held_pairs += pairs
@@ -359,8 +362,11 @@ def main():
     held_dlg = render_dialogues(args.kimi, make_cases(held_pairs[:200], rng), args.out)
     counts["dialogue"] = sum(len(d) for d in train_dlg)
 
-    if args.exclude_file:
-        train_docs, train_dlg = drop_overlapping(train_docs, args.exclude_file), drop_overlapping(train_dlg, args.exclude_file)
+    if excluded:
+        kept = [d for d in train_dlg if not excluded(d)]
+        print(f"--exclude-file: dropped {dropped_docs} training documents and {len(train_dlg) - len(kept)} "
+              f"other dialogues", file=sys.stderr)
+        train_dlg = kept
 
     # Dialogues mixed into the documents at deterministic places.
     train_all = train_docs + train_dlg
