@@ -338,7 +338,7 @@ def main():
         src = name.split(":")[0]
         if not held and excluded and excluded(text):
             dropped_docs += 1
-            continue  # with its dialogues, whose answers quote it
+            continue  # with its dialogues, whose answers quote it (made first, so rng draws as without the flag)
         if held:
             held_docs.append(text)
             held_pairs += pairs
