@@ -366,6 +366,38 @@ TEST_F(HttpServerTest, DrainingAnswers503AndHealth503) {
   stopper.get();
 }
 
+// A stream whose head promised keep-alive before the shutdown began: its client may pool the
+// connection and send the next request on it during the drain (Node's agent does), which must get
+// the drain's 503 and Connection: close, not a socket closed under it.
+TEST_F(HttpServerTest, KeepAlivePromisedBeforeTheDrainIsKept) {
+  start();
+  RawClient busy(port()), streamer(port());
+  // busy keeps the drain going while the stream ends and its connection is reused.
+  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 4000))));
+  ASSERT_TRUE(streamer.send(post("/v1/completions", long_completion(true, 400))));
+  ASSERT_TRUE(streamer.wait_for("\r\n\r\n", 5000ms));  // the head is out
+  const auto deadline = Clock::now() + 3s;
+  while (engine_->stats().running < 2 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  auto stopper = std::async(std::launch::async, [this] { server_->stop(); });
+  stopped_ = true;
+  const auto drain_deadline = Clock::now() + 3s;
+  while (!server_->draining() && Clock::now() < drain_deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(server_->draining());
+  ASSERT_EQ(engine_->stats().running, 2) << "the stream ended before the drain began";
+  const RawResponse s = streamer.read_response(30000ms);
+  ASSERT_TRUE(s.ok);
+  EXPECT_EQ(s.header("Connection"), "keep-alive");
+  ASSERT_EQ(engine_->stats().running, 1) << "busy ended before the reuse: the drain is over";
+  ASSERT_TRUE(streamer.send(post("/v1/completions", long_completion(false, 4))));
+  const RawResponse r = streamer.read_response();
+  EXPECT_EQ(r.status, 503) << "the reused connection was closed under its request";
+  EXPECT_NE(r.body.find("shutting down"), std::string::npos) << r.body;
+  EXPECT_EQ(r.header("Connection"), "close");
+  EXPECT_TRUE(streamer.closed_by_server(3000ms));
+  EXPECT_EQ(busy.read_response(60000ms).status, 200);
+  stopper.get();
+}
+
 TEST_F(HttpServerTest, DrainTimeLimitAbortsAndAnswersTheRest) {
   start();
   RawClient busy(port()), streamer(port());

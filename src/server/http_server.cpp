@@ -328,7 +328,7 @@ bool HttpServer::listen() {
 
 void HttpServer::shutdown(std::chrono::milliseconds drain_timeout) {
   engine_.begin_drain();   // new generation requests now get 503, /health 503
-  server_->set_closing();  // keep-alive connections close after their current answer
+  server_->set_closing();  // answers from now on close their connection; the rest close at stop()
   const bool drained = drain_timeout.count() < 0 ? engine_.wait_drained(std::nullopt) : engine_.wait_drained(drain_timeout);
   if (!drained) {
     engine_.abort_all("the server is shutting down: the request was aborted at the drain time limit", 503);

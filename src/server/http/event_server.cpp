@@ -339,7 +339,15 @@ struct ServerState {
 Exchange::Exchange(std::shared_ptr<Connection> conn, HttpRequest request, const ServerState& server)
     : conn_(std::move(conn)), request_(std::move(request)), server_(server), keep_alive_(request_.keep_alive) {}
 
-bool Exchange::keep_alive() const { return keep_alive_ && !server_.closing && !failed_ && !client_gone(); }
+bool Exchange::keep_alive() const {
+  return keep_alive_ && (head_sent_ || !server_.closing) && !failed_ && !client_gone();
+}
+
+std::string Exchange::head(int status, const Headers& headers, size_t content_length) {
+  keep_alive_ = keep_alive();
+  head_sent_ = true;
+  return response_head(status, headers, framing_, content_length, keep_alive_);
+}
 
 Exchange::~Exchange() {
   if (streaming_ && !failed_) end_stream();
@@ -387,10 +395,10 @@ bool Exchange::send_all(std::string_view data) {
 void Exchange::respond(Response r) {
   if (responded_) return;
   responded_ = true;
-  const std::string head = response_head(r.status, r.headers, Framing::Length, r.body.size(), keep_alive());
+  const std::string h = head(r.status, r.headers, r.body.size());
   if (request_.method == "HEAD" || r.body.size() < 16384) {
-    send_all(request_.method == "HEAD" ? head : head + r.body);
-  } else if (send_all(head)) {
+    send_all(request_.method == "HEAD" ? h : h + r.body);
+  } else if (send_all(h)) {
     send_all(r.body);
   }
 }
@@ -401,7 +409,7 @@ bool Exchange::start_stream(int status, const Headers& headers) {
   // HTTP/1.0 has no chunked encoding: the body ends when the connection closes.
   framing_ = request_.version_minor >= 1 ? Framing::Chunked : Framing::Close;
   if (framing_ == Framing::Close) keep_alive_ = false;
-  return send_all(response_head(status, headers, framing_, 0, keep_alive()));
+  return send_all(head(status, headers, 0));
 }
 
 bool Exchange::write(std::string_view data) {

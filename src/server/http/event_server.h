@@ -56,11 +56,16 @@ class Exchange {
 
  private:
   bool send_all(std::string_view data);
+  std::string head(int status, const Headers& headers, size_t content_length);
 
   std::shared_ptr<Connection> conn_;
   HttpRequest request_;
   const ServerState& server_;
-  bool keep_alive_;  // as the request asked; the server's shutdown also closes
+  bool keep_alive_;  // as the request asked, then as the head promised
+  // A head that promised keep-alive is kept to when the shutdown begins after it: the client may
+  // already have pooled the connection and sent its next request, which then gets the drain's
+  // answer (with Connection: close) rather than a closed socket.
+  bool head_sent_ = false;
   bool responded_ = false, streaming_ = false, failed_ = false;
   Framing framing_ = Framing::Length;
 };
