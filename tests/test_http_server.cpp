@@ -373,7 +373,7 @@ TEST_F(HttpServerTest, KeepAlivePromisedBeforeTheDrainIsKept) {
   start();
   RawClient busy(port()), streamer(port());
   // busy keeps the drain going while the stream ends and its connection is reused.
-  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 4000))));
+  ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 2000))));
   ASSERT_TRUE(streamer.send(post("/v1/completions", long_completion(true, 400))));
   ASSERT_TRUE(streamer.wait_for("\r\n\r\n", 5000ms));  // the head is out
   const auto deadline = Clock::now() + 3s;
@@ -394,7 +394,7 @@ TEST_F(HttpServerTest, KeepAlivePromisedBeforeTheDrainIsKept) {
   EXPECT_NE(r.body.find("shutting down"), std::string::npos) << r.body;
   EXPECT_EQ(r.header("Connection"), "close");
   EXPECT_TRUE(streamer.closed_by_server(3000ms));
-  EXPECT_EQ(busy.read_response(60000ms).status, 200);
+  EXPECT_EQ(busy.read_response(30000ms).status, 200);
   stopper.get();
 }
 
