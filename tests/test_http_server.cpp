@@ -212,6 +212,17 @@ class HttpServerTest : public test::TinyModelTest {
     }
     return false;
   }
+  // Waits (bounded) until `count` requests run, then begins the graceful stop on another thread
+  // and waits until the engine drains; the stop's future is returned.
+  std::future<void> stop_with_running(int64_t count) {
+    const auto deadline = Clock::now() + 3s;
+    while (engine_->stats().running < count && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    auto stopper = std::async(std::launch::async, [this] { server_->stop(); });
+    stopped_ = true;
+    const auto drain_deadline = Clock::now() + 3s;
+    while (!server_->draining() && Clock::now() < drain_deadline) std::this_thread::sleep_for(1ms);
+    return stopper;
+  }
   static std::string long_completion(bool stream, int max_tokens = 8000) {
     return R"({"model":"tiny","prompt":"Go on","max_tokens":)" + std::to_string(max_tokens) +
            R"(,"ignore_eos":true,"stream":)" + (stream ? "true" : "false") + "}";
@@ -339,13 +350,7 @@ TEST_F(HttpServerTest, DrainingAnswers503AndHealth503) {
   // Long enough to outlast the probes below on a fast machine (a Release build decodes the tiny
   // model at thousands of tokens a second), short enough for ASan within the 30 s read.
   ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 2000))));
-  const auto deadline = Clock::now() + 3s;
-  while (engine_->stats().running == 0 && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  ASSERT_EQ(engine_->stats().running, 1);
-  auto stopper = std::async(std::launch::async, [this] { server_->stop(); });
-  stopped_ = true;
-  const auto drain_deadline = Clock::now() + 3s;
-  while (!server_->draining() && Clock::now() < drain_deadline) std::this_thread::sleep_for(1ms);
+  auto stopper = stop_with_running(1);
   ASSERT_TRUE(server_->draining());
   ASSERT_EQ(engine_->stats().running, 1) << "the in-flight request ended before the probes";
   {
@@ -376,12 +381,7 @@ TEST_F(HttpServerTest, KeepAlivePromisedBeforeTheDrainIsKept) {
   ASSERT_TRUE(busy.send(post("/v1/completions", long_completion(false, 2000))));
   ASSERT_TRUE(streamer.send(post("/v1/completions", long_completion(true, 400))));
   ASSERT_TRUE(streamer.wait_for("\r\n\r\n", 5000ms));  // the head is out
-  const auto deadline = Clock::now() + 3s;
-  while (engine_->stats().running < 2 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-  auto stopper = std::async(std::launch::async, [this] { server_->stop(); });
-  stopped_ = true;
-  const auto drain_deadline = Clock::now() + 3s;
-  while (!server_->draining() && Clock::now() < drain_deadline) std::this_thread::sleep_for(1ms);
+  auto stopper = stop_with_running(2);
   ASSERT_TRUE(server_->draining());
   ASSERT_EQ(engine_->stats().running, 2) << "the stream ended before the drain began";
   const RawResponse s = streamer.read_response(30000ms);
