@@ -67,6 +67,10 @@ TEST_F(DecodeBreakdownTest, PhasesSumToTheStepTime) {
   // The unnamed rest (embedding row, norms, residual adds of a 64-wide model) is a few percent in
   // Release and near a fifth under ASan, whose instrumentation slows those scalar loops the most.
   EXPECT_GT(named, 0.6 * times.forward_seconds) << "named " << named << " of " << times.forward_seconds;
+  // The pool's region timing is off here, so no time is seen inside a region: all of it is serial.
+  ASSERT_EQ(times.serial_seconds.size(), times.seconds.size());
+  for (size_t l = 0; l < times.seconds.size(); ++l)
+    for (int p = 0; p < kNumPhases; ++p) EXPECT_EQ(times.serial_seconds[l][size_t(p)], times.seconds[l][size_t(p)]);
 }
 
 // The timer only observes: the shared expert in a batch of its own sums in another order, so the
@@ -132,9 +136,26 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_GE(b.sync_share, 0);
   EXPECT_GE(b.serial_share, 0);
   EXPECT_LT(b.sync_share + b.serial_share, 1);
+  // Each phase's serial part lies within its time; they and the rest's add up to the serial share.
+  ASSERT_EQ(b.serial_seconds.size(), b.seconds.size());
+  double serial = b.other_serial_seconds;
+  for (size_t l = 0; l < b.seconds.size(); ++l)
+    for (int p = 0; p < kNumPhases; ++p) {
+      EXPECT_GE(b.serial_seconds[l][size_t(p)], 0);
+      EXPECT_LE(b.serial_seconds[l][size_t(p)], b.seconds[l][size_t(p)]);
+      serial += b.serial_seconds[l][size_t(p)];
+    }
+  EXPECT_GE(b.other_serial_seconds, 0);
+  EXPECT_LE(b.other_serial_seconds, b.other_seconds + 1e-9);
+  if (b.threads > 1) {
+    EXPECT_NEAR(serial, b.serial_share * b.step_seconds * b.threads / (b.threads - 1), 1e-3 * b.step_seconds);
+    // The lm_head product (1280 x 64) is shared by the threads: its region is not serial time.
+    EXPECT_LT(b.serial_seconds[size_t(L)][size_t(Phase::LmHead)], b.seconds[size_t(L)][size_t(Phase::LmHead)]);
+  }
   const std::string report = format_decode_breakdown(m, b, 1e10);
   EXPECT_NE(report.find("routed experts"), std::string::npos);
   EXPECT_NE(report.find("waiting for each other inside regions (sync)"), std::string::npos);
+  EXPECT_NE(report.find("serial ms"), std::string::npos);
   EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
 }
 

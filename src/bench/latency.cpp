@@ -333,6 +333,11 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
   for (auto& row : b.seconds)
     for (double& s : row) s /= double(times.steps);
   b.other_seconds = b.step_seconds - times.named_total() / double(times.steps);
+  b.serial_seconds = times.serial_seconds;
+  for (auto& row : b.serial_seconds)
+    for (double& s : row) s /= double(times.steps);
+  b.other_serial_seconds =
+      std::max(0.0, (times.forward_seconds - regions.wall_seconds - times.named_serial_total()) / double(times.steps));
 
   // Bytes a step of `batch` tokens reads in each phase: weights once, KV rows per sequence; the
   // routed experts are the union of the tokens' top-k, its expected size if routing were uniform.
@@ -394,10 +399,10 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
   std::snprintf(line, sizeof line,
                 "\ndecode breakdown: %lld sequences x %lld token%s, %lld steps, %.3f ms per step (mean context %.0f "
                 "rows), read bandwidth %.2f GB/s\n"
-                "%-6s %-15s %10s %10s %9s %9s\n",
+                "%-6s %-15s %10s %10s %9s %9s %10s\n",
                 (long long)b.batch, (long long)b.step_tokens, b.step_tokens == 1 ? "" : "s (a verification step's shape)",
                 (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms", "MB",
-                "GB/s", "of bw");
+                "GB/s", "of bw", "serial ms");
   out += line;
   double named = 0;
   for (size_t l = 0; l < b.seconds.size(); ++l) {
@@ -407,19 +412,21 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
       named += s;
       const double gbs = s > 0 ? by / s / 1e9 : 0;
       const std::string layer = l == size_t(c.num_hidden_layers) ? "head" : std::to_string(l);
-      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%%\n", layer.c_str(), phase_name(Phase(p)),
-                    1e3 * s, by / 1e6, gbs, read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0);
+      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%% %10.3f\n", layer.c_str(),
+                    phase_name(Phase(p)), 1e3 * s, by / 1e6, gbs,
+                    read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0, 1e3 * b.serial_seconds[l][size_t(p)]);
       out += line;
     }
   }
-  std::snprintf(line, sizeof line, "%-6s %-15s %10.3f   (norms, residual adds, embedding; %.1f%% of the step)\n", "",
-                "other", 1e3 * b.other_seconds, 100.0 * b.other_seconds / b.step_seconds);
+  std::snprintf(line, sizeof line,
+                "%-6s %-15s %10.3f   (norms, residual adds, embedding; %.1f%% of the step; %.3f ms serial)\n", "",
+                "other", 1e3 * b.other_seconds, 100.0 * b.other_seconds / b.step_seconds, 1e3 * b.other_serial_seconds);
   out += line;
   std::snprintf(line, sizeof line, "named phases sum to %.1f%% of the step time\n", 100.0 * named / b.step_seconds);
   out += line;
   std::snprintf(line, sizeof line,
                 "threads: %d, %.0f parallel regions per step; of the threads' time: %.1f%% waiting for each other "
-                "inside regions (sync), %.1f%% idle while one thread works between regions (serial)\n",
+                "inside regions (sync), %.1f%% idle while one thread works between regions (serial: the column)\n",
                 b.threads, b.regions_per_step, 100.0 * b.sync_share, 100.0 * b.serial_share);
   out += line;
   if (b.step_tokens != 1) return out;  // extrapolated decode speed: decode steps only

@@ -75,6 +75,9 @@ struct DecodeBreakdown {
   std::vector<std::array<double, kNumPhases>> seconds;  // per step: [layer][phase], last row lm_head
   std::vector<std::array<double, kNumPhases>> bytes;    // per step, the same rows: weights (+ KV for attention)
   double other_seconds = 0;     // per step: step_seconds minus every named phase (norms, residual, embedding)
+  // Per step, the same rows and the rest: the part outside the pool's parallel regions.
+  std::vector<std::array<double, kNumPhases>> serial_seconds;
+  double other_serial_seconds = 0;
   // The threads' time over the steps (threads x step time), split: waiting for each other inside
   // parallel regions (waking up, uneven ends), and idle while one thread works alone between them.
   int threads = 1;

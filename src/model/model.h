@@ -84,10 +84,13 @@ class Model {
   const std::shared_ptr<Communicator>& tensor_parallel() const { return options_.tensor_parallel; }
   void set_attention_mode(AttentionMode m) { options_.attention_mode = m; }
   // Attaches (or, with nullptr, detaches) the accumulators forward() adds its phases' times to;
-  // not owned, reset to this model's layer count here. For benchmarks (bench latency --breakdown).
+  // not owned, reset to this model's layer count here, with this model's pool attached (its
+  // serial split needs the pool's region timing on). For benchmarks (bench latency --breakdown).
   void set_phase_times(PhaseTimes* times) {
     phase_times_ = times;
-    if (times) times->reset(config_.num_hidden_layers);
+    if (!times) return;
+    times->reset(config_.num_hidden_layers);
+    times->pool = &pool_;
   }
 
   KvCache new_cache(int64_t capacity_tokens) const { return KvCache(config_, capacity_tokens); }
