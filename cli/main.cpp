@@ -5,6 +5,7 @@
 #include <string>
 
 #include "args.h"
+#include "common/allocator_policy.h"
 #include "common/error.h"
 
 namespace {
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 1 : 0;
   }
   const std::string cmd = argv[1];
+  kimi::keep_step_buffers_mapped();
   try {
     if (cmd == "serve") return kimi::cli::run_serve(argc, argv);
     if (cmd == "proxy") return kimi::cli::run_proxy(argc, argv);
