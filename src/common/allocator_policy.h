@@ -8,8 +8,9 @@
 // and are reused. Only the `kimi` binary calls it (tests keep the default heap).
 namespace kimi {
 
-// Raises glibc's mmap threshold to 1 GiB and keeps up to 1 GiB of freed heap mapped (and a
-// 64 MiB pad when the heap grows). A no-op under other allocators (sanitizers).
+// Raises glibc's mmap threshold to 1 GiB, keeps up to 1 GiB of freed heap mapped (and a 64 MiB
+// pad when the heap grows), and has every thread use the one heap. Call before other threads
+// start. A no-op under other allocators (sanitizers).
 void keep_step_buffers_mapped();
 
 }  // namespace kimi
