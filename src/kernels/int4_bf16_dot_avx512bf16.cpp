@@ -35,6 +35,14 @@ constexpr int64_t kChunkBytes = int64_t(256) << 10;
 // threads, cold, against 512 / 768 bytes and prefetches into L1: 2048 x 7168 0.95x the time,
 // 7168 x 2048 (1 KiB rows) 0.7x (why L1 hurts the short rows so much was not found out).
 constexpr int64_t kInt4PrefetchAhead = 1024;
+// Decode over a matrix of at least kStreamedMatrixBytes (assumed streamed from memory, as the
+// BF16 kernel assumes) reads it one row at a time, one sequential stream prefetched this far
+// ahead across row ends: four rows of an expert (1-3.5 KiB each) at once are four short streams,
+// which even a loop that only loads them reads at 0.5-0.75x the rate on Zen 5. The real shapes'
+// experts take ~0.85-0.9x the time in decode; from L3 the 4-row tiles win by ~1.4x
+// (bench/results/2026-12-06-int4-one-row-stream.md).
+constexpr int64_t kInt4StreamAhead = 4096;
+constexpr int64_t kStreamedMatrixBytes = int64_t(1) << 20;
 
 constexpr uint16_t bf16_of(int v) { return uint16_t(std::bit_cast<uint32_t>(float(v)) >> 16); }
 constexpr auto kNibbleTable = [] {
@@ -66,6 +74,10 @@ struct Tile {
   int64_t ldy;
   bool prefetch;
   int next_rows;  // rows of the next tile of this call (contiguous), to prefetch past the end
+  // One-row tiles of a streamed decode: the rows are one stream up to stream_end, prefetched
+  // kInt4StreamAhead ahead; ahead_scales: the scales of the row that far ahead (or null).
+  const std::byte* stream_end = nullptr;
+  const std::byte* ahead_scales = nullptr;
 };
 
 // R rows x T tokens over whole rows. kPerBlock: groups of 32 or 64 (a block's lane l is in its
@@ -83,7 +95,9 @@ void tile(const Tile& a) {
 
   // The next tile's scales (contiguous after this tile's): short runs the stream prefetchers
   // start on late (2048 x 7168 cold: 0.88x the time with this).
-  if (a.prefetch && a.next_rows > 0) {
+  if (a.ahead_scales) {
+    for (int64_t off = 0; off < a.scale_row_bytes; off += 64) __builtin_prefetch(a.ahead_scales + off, 0, 2);
+  } else if (a.prefetch && a.next_rows > 0) {
     const std::byte* next = a.scales + R * a.scale_row_bytes;
     for (int64_t off = 0; off < a.next_rows * a.scale_row_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
   }
@@ -99,7 +113,10 @@ void tile(const Tile& a) {
   };
   const auto block = [&](int64_t b) {
     const int64_t byte = b * 64;
-    if (a.prefetch) {
+    if (a.stream_end) {
+      const std::byte* ahead = a.w + byte + kInt4StreamAhead;
+      if (ahead < a.stream_end) __builtin_prefetch(ahead, 0, 2);
+    } else if (a.prefetch) {
       const int64_t at = byte + kInt4PrefetchAhead;
       if (at < a.row_bytes) {
         for (int r = 0; r < R; ++r) __builtin_prefetch(a.w + r * a.row_bytes + at, 0, 2);
@@ -211,8 +228,22 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
   const int64_t scale_row_bytes = groups * (f32_scales ? 4 : 2);
   const bool per_block = groups > 1 && w.group_size < 128;
   const int64_t ldx = int4_bf16_packed_cols(w.cols);
+  const auto* scales = static_cast<const std::byte*>(w.scales);
+  // One token over a streamed matrix: row by row (kInt4StreamAhead).
+  if (n == 1 && w.rows * (row_bytes + scale_row_bytes) >= kStreamedMatrixBytes) {
+    const std::byte* end = base + r1 * row_bytes;
+    const int64_t ahead_rows = kInt4StreamAhead / std::max<int64_t>(row_bytes, 1) + 1;
+    for (int64_t r = r0; r < r1; ++r) {
+      Tile a{base + r * row_bytes, row_bytes, w.cols, scales + r * scale_row_bytes, scale_row_bytes, f32_scales,
+             w.group_size, xp, ldx, y + r, w.rows, true, 0};
+      a.stream_end = end;
+      if (r + ahead_rows < r1) a.ahead_scales = scales + (r + ahead_rows) * scale_row_bytes;
+      run_rows(1, 1, a, per_block);
+    }
+    return;
+  }
   // As the BF16 kernel: a chunk of rows is swept by every block of tokens while it stays in L2;
-  // with one token block (decode, verification) that is one pass, streamed from memory.
+  // with one token block (a few tokens: verification, batched decode) that is one pass, streamed.
   const int64_t chunk = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(row_bytes, 1) / kRows * kRows, kRows, 256);
   const bool prefetch = n <= kTokens;
   for (int64_t rc = r0; rc < r1; rc += chunk) {
@@ -223,7 +254,7 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
         const Tile a{base + r * row_bytes,
                      row_bytes,
                      w.cols,
-                     static_cast<const std::byte*>(w.scales) + r * scale_row_bytes,
+                     scales + r * scale_row_bytes,
                      scale_row_bytes,
                      f32_scales,
                      w.group_size,
