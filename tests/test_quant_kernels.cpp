@@ -270,6 +270,29 @@ TEST_P(QuantKernelsIsa, KimiExpertShape) {
   }
 }
 
+// One token over matrices of 1 MiB or more (streamed: one row at a time, each tile prefetching
+// into the rows after it): every kernel form (int4 x f32 on words and per nibble, int4 x int8
+// in super-blocks and per block, int8 x f32 and x int8), ragged row counts, both scale dtypes,
+// on a pool whose threads take shares of the rows.
+TEST_P(QuantKernelsIsa, StreamedDecodeMatrices) {
+  ThreadPool pool(2);
+  Rng rng(29);
+  const QuantCase cases[] = {
+      {WeightFormat::Int4Group, ActivationQuant::None, DType::BF16, false, 301, 7168, 32},
+      {WeightFormat::Int4Group, ActivationQuant::None, DType::F32, true, 599, 4096, 64},
+      {WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::BF16, false, 301, 7168, 32},
+      {WeightFormat::Int4Group, ActivationQuant::Int8PerToken, DType::F32, true, 1030, 2048, 128},
+      {WeightFormat::Int8Group, ActivationQuant::None, DType::F32, false, 1101, 1000, 1000},
+      {WeightFormat::Int8Group, ActivationQuant::Int8PerToken, DType::BF16, false, 515, 2048, 128},
+  };
+  for (const QuantCase& c : cases) {
+    const QuantWeights q = make_quant(c, rng);
+    ASSERT_GE(q.matrix().bytes(), size_t(1) << 20) << describe(c, 1);
+    expect_matches_reference(pool, GetParam(), q, 1, rng);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // int4 x f32 on whole packed words (AVX2: int4_word8_layout, blocks of 64 inputs): every group
 // mode (pairs of groups of 32 per block, groups of whole blocks, one group per row) with half and
 // partial last blocks, both scale dtypes, a ragged row tile and token counts around the GEMM tile;

@@ -41,6 +41,13 @@ constexpr int64_t qmin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Software prefetch distance per weight row (the GEMV streams rows from DRAM).
 constexpr int64_t kQuantPrefetchAhead = 512;
+// One token over a matrix of at least kQuantStreamedBytes (assumed streamed from memory, the
+// float kernels' rule) reads it one row at a time, one sequential stream prefetched this far
+// ahead across row ends: 4-row tiles of INT4 rows (1-3.5 KiB) are four short streams. On Zen 5,
+// cold, 0.6-0.8x the time for the INT4 kernels; from L3 ~1.5x
+// (bench/results/2026-12-06-int4-one-row-stream.md).
+constexpr int64_t kQuantStreamAhead = 4096;
+constexpr int64_t kQuantStreamedBytes = int64_t(1) << 20;
 // Rows swept by every token block of the GEMM while they stay in L2.
 constexpr int64_t kQuantRowChunk = 64;
 
@@ -50,6 +57,8 @@ struct QuantCtx {
   int64_t r0, t0;  // first row and token of the tile
   bool prefetch;
   int next_rows = 0;  // GEMV: rows of the next tile of this call, to prefetch (prefetch_ahead)
+  // Streamed GEMV (one-row tiles): the rows after this one in the call, one stream with it.
+  int64_t stream_rows = -1;
 };
 
 inline const uint8_t* row_ptr(const WeightMatrix& w, int64_t r) {
@@ -112,14 +121,22 @@ inline void zero_tile(V (&a)[R][T]) {
 // Prefetches each row's line kQuantPrefetchAhead bytes past pos (end: the row's byte length).
 // Past the rows' ends, the same line of the next tile's rows when the GEMV has `next_rows` more
 // (rows are contiguous): an expert's down projection has rows of 1 KiB in INT4, which would
-// otherwise start every tile from DRAM.
+// otherwise start every tile from DRAM. A streamed one-row tile prefetches its stream
+// kQuantStreamAhead ahead, into the rows after it.
 template <int R>
-inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end, int next_rows) {
+inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end, const QuantCtx& c) {
+  if constexpr (R == 1) {
+    if (c.stream_rows >= 0) {
+      const int64_t at = pos + kQuantStreamAhead;
+      if (at < end * (1 + c.stream_rows)) __builtin_prefetch(rows[0] + at, 0, 3);
+      return;
+    }
+  }
   const int64_t at = pos + kQuantPrefetchAhead;
   if (at < end) {
     for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + at, 0, 3);
   } else if (at - end < end) {
-    for (int r = 0; r < next_rows; ++r) __builtin_prefetch(rows[r] + R * end + (at - end), 0, 3);
+    for (int r = 0; r < c.next_rows; ++r) __builtin_prefetch(rows[r] + R * end + (at - end), 0, 3);
   }
 }
 
@@ -148,7 +165,7 @@ void int4_f32_tile(const QuantCtx& c, float* y) {
     const int64_t k1 = (g + 1) * G;
     for (int64_t k = g * G; k < k1; k += 2 * L) {
       const int64_t byte = k / 2;
-      if (c.prefetch && byte % 64 == 0) prefetch_ahead<R>(rows, byte, row_end, c.next_rows);
+      if (c.prefetch && byte % 64 == 0) prefetch_ahead<R>(rows, byte, row_end, c);
       const int nbytes = int(qmin(L, (k1 - k) / 2));
       V xe[T], xo[T];
       for (int t = 0; t < T; ++t) {
@@ -196,7 +213,7 @@ void int4_f32_words_tile(const QuantCtx& c, float* y) {
   zero_tile<Tr>(total);
   const auto block = [&](int64_t b) {
     const int64_t byte = b * 64;
-    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c);
     VI v[R];
     for (int r = 0; r < R; ++r)
       v[r] = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
@@ -267,7 +284,7 @@ void int4_f32_words8_tile(const QuantCtx& c, float* y) {
   int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t byte = b * 32;
-    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
+    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes, c);
     if constexpr (!kPair) {
       if (left == 0) {
         ++g;
@@ -324,7 +341,7 @@ void int8_f32_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) s[r] = Tr::set1(rg[r].scale(g));
     const int64_t k1 = (g + 1) * G;
     for (int64_t k = g * G; k < k1; k += L) {
-      if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols, c.next_rows);
+      if (c.prefetch && k % 64 == 0) prefetch_ahead<R>(rows, k, w.cols, c);
       const int len = int(qmin(L, k1 - k));
       V xv[T];
       for (int t = 0; t < T; ++t) xv[t] = len == L ? Tr::load_x(xs[t] + k) : Tr::load_x_tail(xs[t] + k, len);
@@ -386,7 +403,7 @@ void int_tile(const QuantCtx& c, float* y) {
   };
   const auto block = [&](int64_t b, auto load_w) {
     const int64_t byte = b * kBlockBytes;
-    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c);
     if constexpr (kInt4) {
       for (int t = 0; t < T; ++t) nsum[t] = Tr::iadd(nsum[t], Tr::load_i(ns[t] + b * L));
       for (int r = 0; r < R; ++r) {
@@ -526,8 +543,8 @@ void int4_int8_super_tile(const QuantCtx& c, float* y) {
   for (int64_t s = 0; s < supers; ++s) {
     const int64_t byte = s * kSuperBytes;
     if (c.prefetch) {
-      prefetch_ahead<R>(rows, byte, row_bytes, c.next_rows);
-      prefetch_ahead<R>(rows, byte + 64, row_bytes, c.next_rows);
+      prefetch_ahead<R>(rows, byte, row_bytes, c);
+      prefetch_ahead<R>(rows, byte + 64, row_bytes, c);
     }
     // The zero point 8 times each group's negated input sum, in the sums' lane order.
     VI corr[T];
@@ -629,8 +646,17 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+  if (in.n == 1 && int64_t(w.bytes()) >= kQuantStreamedBytes) {
+    // Decode GEMV over a streamed matrix: one row at a time, one stream (kQuantStreamAhead).
+    for (int64_t r = r0; r < r1; ++r) {
+      QuantCtx c{&w, &in, r, 0, true};
+      c.stream_rows = r1 - r - 1;
+      run_q_tile<Tr, 1, 1>(1, 1, c, y);
+    }
+    return;
+  }
   if (in.n == 1) {
-    // Decode GEMV: 4 rows share every x load; each row is one prefetched sequential stream.
+    // Decode GEMV from cache: 4 rows share every x load.
     constexpr int R = 4;
     for (int64_t r = r0; r < r1; r += R)
       run_q_tile<Tr, R, 1>(int(qmin(R, r1 - r)), 1,
