@@ -132,7 +132,7 @@ TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
 INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, test::all_isas(), test::isa_param_name);
 
 // The AVX512_BF16 kernel on a share of the rows (a thread's [r0, r1)): those rows right, the
-// others untouched. The shapes from 1100 rows on are large enough (over 1 MiB) to stream: one
+// others untouched. The last four shapes are large enough (over 1 MiB) to stream: one
 // token reads them one row at a time, prefetching across row ends and the scales rows ahead;
 // every group layout (per block, whole blocks, one per row) and F32 scales.
 TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {

@@ -44,7 +44,7 @@ constexpr int64_t kQuantPrefetchAhead = 512;
 // One token over a matrix of at least kQuantStreamedBytes (assumed streamed from memory, the
 // float kernels' rule) reads it one row at a time, one sequential stream prefetched this far
 // ahead across row ends: 4-row tiles of INT4 rows (1-3.5 KiB) are four short streams. On Zen 5,
-// cold, 0.6-0.8x the time for the INT4 kernels; from L3 ~1.5x
+// cold, 0.3-0.9x the time for the INT4 kernels; from L3 W4A8 takes 1.1-1.25x
 // (bench/results/2026-12-06-int4-one-row-stream.md).
 constexpr int64_t kQuantStreamAhead = 4096;
 constexpr int64_t kQuantStreamedBytes = int64_t(1) << 20;
