@@ -7,6 +7,7 @@
 
 #include "kernels/avx512_traits.h"
 #include "kernels/bf16_dot.h"
+#include "kernels/streaming.h"
 
 namespace kimi::kernels {
 namespace {
@@ -15,10 +16,9 @@ constexpr int kRows = 4;    // rows per register tile
 constexpr int kTokens = 6;  // tokens per register tile: 4 x 6 accumulators + 6 x loads + 1 weight load
 // Rows swept by every token block while they stay in L2 (a quarter of a 1 MiB L2).
 constexpr int64_t kChunkBytes = int64_t(256) << 10;
-// Decode reads rows up to this long one at a time (the f32 GEMV's kGemvShortRowBytes) in matrices
-// at least this large (assumed streamed from memory, as kernels_generic.h's few-token path does).
+// Decode reads rows up to this long one at a time (the f32 GEMV's kGemvShortRowBytes) in streamed
+// matrices (kernels/streaming.h).
 constexpr int64_t kShortRowBytes = 2048;
-constexpr int64_t kStreamedMatrixBytes = int64_t(1) << 20;
 // Software prefetch distance per weight row, in bf16 elements (4 KiB). This loop takes 64 bytes
 // per VDPBF16PS, so the f32 kernels' 768 bytes left it waiting on DRAM: on Zen 5, `small`'s
 // cold expert batches 0.85x the time and its decode 1.13x faster with 4 KiB (2 KiB: 0.93-0.97x).

@@ -23,6 +23,7 @@
 
 #include "kernels/avx512_traits.h"
 #include "kernels/bf16_dot.h"
+#include "kernels/streaming.h"
 
 namespace kimi::kernels {
 namespace {
@@ -35,14 +36,12 @@ constexpr int64_t kChunkBytes = int64_t(256) << 10;
 // threads, cold, against 512 / 768 bytes and prefetches into L1: 2048 x 7168 0.95x the time,
 // 7168 x 2048 (1 KiB rows) 0.7x (why L1 hurts the short rows so much was not found out).
 constexpr int64_t kInt4PrefetchAhead = 1024;
-// Decode over a matrix of at least kStreamedMatrixBytes (assumed streamed from memory, as the
-// BF16 kernel assumes) reads it one row at a time, one sequential stream prefetched this far
-// ahead across row ends: four rows of an expert (1-3.5 KiB each) at once are four short streams,
-// which even a loop that only loads them reads at 0.5-0.75x the rate on Zen 5. The real shapes'
-// experts take ~0.85-0.9x the time in decode; from L3 the 4-row tiles win by ~1.4x
-// (bench/results/2026-12-06-int4-one-row-stream.md).
+// Decode over a streamed matrix (kernels/streaming.h) reads it one row at a time, one sequential
+// stream prefetched this far ahead across row ends: four rows of an expert (1-3.5 KiB each) at
+// once are four short streams, which even a loop that only loads them reads at 0.5-0.75x the rate
+// on Zen 5. The real shapes' experts take ~0.85-0.9x the time in decode; from L3 the 4-row tiles
+// win by ~1.4x (bench/results/2026-12-06-int4-one-row-stream.md).
 constexpr int64_t kInt4StreamAhead = 4096;
-constexpr int64_t kStreamedMatrixBytes = int64_t(1) << 20;
 
 constexpr uint16_t bf16_of(int v) { return uint16_t(std::bit_cast<uint32_t>(float(v)) >> 16); }
 constexpr auto kNibbleTable = [] {

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "kernels/quant_kernels.h"
+#include "kernels/streaming.h"
 
 namespace kimi::kernels {
 namespace {
@@ -41,13 +42,11 @@ constexpr int64_t qmin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Software prefetch distance per weight row (the GEMV streams rows from DRAM).
 constexpr int64_t kQuantPrefetchAhead = 512;
-// One token over a matrix of at least kQuantStreamedBytes (assumed streamed from memory, the
-// float kernels' rule) reads it one row at a time, one sequential stream prefetched this far
-// ahead across row ends: 4-row tiles of INT4 rows (1-3.5 KiB) are four short streams. On Zen 5,
-// cold, 0.3-0.9x the time for the INT4 kernels; from L3 W4A8 takes 1.1-1.25x
-// (bench/results/2026-12-06-int4-one-row-stream.md).
+// One token over a streamed matrix (kernels/streaming.h) reads it one row at a time, one
+// sequential stream prefetched this far ahead across row ends: 4-row tiles of INT4 rows (1-3.5
+// KiB) are four short streams. On Zen 5, cold, 0.3-0.9x the time for the INT4 kernels; from L3
+// W4A8 takes 1.1-1.25x (bench/results/2026-12-06-int4-one-row-stream.md).
 constexpr int64_t kQuantStreamAhead = 4096;
-constexpr int64_t kQuantStreamedBytes = int64_t(1) << 20;
 // Rows swept by every token block of the GEMM while they stay in L2.
 constexpr int64_t kQuantRowChunk = 64;
 
@@ -646,7 +645,7 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
-  if (in.n == 1 && int64_t(w.bytes()) >= kQuantStreamedBytes) {
+  if (in.n == 1 && int64_t(w.bytes()) >= kStreamedMatrixBytes) {
     // Decode GEMV over a streamed matrix: one row at a time, one stream (kQuantStreamAhead).
     for (int64_t r = r0; r < r1; ++r) {
       QuantCtx c{&w, &in, r, 0, true};
