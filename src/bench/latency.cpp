@@ -329,13 +329,14 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
   // Token t of step i reads input_len + i * step_tokens + t + 1 rows: the mean of 1 .. steps x
   // step_tokens past the prompt.
   b.mean_context = double(o.input_len) + (double(step_tokens) * double(times.steps) + 1.0) / 2.0;
-  b.seconds = times.seconds;
-  for (auto& row : b.seconds)
-    for (double& s : row) s /= double(times.steps);
+  const auto per_step = [&](std::vector<std::array<double, kNumPhases>> rows) {
+    for (auto& row : rows)
+      for (double& s : row) s /= double(times.steps);
+    return rows;
+  };
+  b.seconds = per_step(times.seconds);
   b.other_seconds = b.step_seconds - times.named_total() / double(times.steps);
-  b.serial_seconds = times.serial_seconds;
-  for (auto& row : b.serial_seconds)
-    for (double& s : row) s /= double(times.steps);
+  b.serial_seconds = per_step(times.serial_seconds);
   b.other_serial_seconds =
       std::max(0.0, (times.forward_seconds - regions.wall_seconds - times.named_serial_total()) / double(times.steps));
 
