@@ -79,18 +79,25 @@ struct Tile {
   const std::byte* ahead_scales = nullptr;
 };
 
-// R rows x T tokens over whole rows. kPerBlock: groups of 32 or 64 (a block's lane l is in its
-// group 8l / G), the block's sums scaled every block; else a group spans whole blocks (or the
-// row) and its sums are scaled once at its end.
-template <int R, int T, bool kPerBlock>
+// R rows x T tokens over whole rows. kGroup 32 or 64 (kPerBlock): a block's lane l is in its
+// group 8l / kGroup, the block's sums scaled every block; 0: a group spans whole blocks (or the
+// row) and its sums are scaled once at its end. The group size is a template argument because
+// the divisions by it were IDIVs, 18 per call: with the one-row tiles of a streamed decode they
+// took ~1/4 of a 7168-input row's time and ~1/2 of a 2048-input one's (L2-resident rows, Zen 5:
+// 0.74x and 0.53x the time as constants).
+template <int R, int T, int kGroup>
 void tile(const Tile& a) {
-  const int64_t G = a.group_size, groups = a.cols / G;
+  constexpr bool kPerBlock = kGroup != 0;
+  const int64_t G = kPerBlock ? kGroup : a.group_size, groups = a.cols / G;
   const int64_t nblocks = (a.cols + 127) / 128, nfull = a.cols / 128;
   const int tail_bytes = int(a.row_bytes - nfull * 64);
   const __m512i table = _mm512_loadu_si512(kNibbleTable.data());
-  alignas(64) int32_t lane_group[16];
-  for (int l = 0; l < 16; ++l) lane_group[l] = kPerBlock ? int32_t(8 * l / G) : 0;
-  const __m512i idx = _mm512_load_si512(lane_group);
+  static constexpr auto kLaneGroup = [] {
+    std::array<int32_t, 16> g{};
+    for (int l = 0; l < 16; ++l) g[size_t(l)] = kPerBlock ? 8 * l / std::max(kGroup, 1) : 0;
+    return g;
+  }();
+  const __m512i idx = _mm512_loadu_si512(kLaneGroup.data());
 
   // The next tile's scales (contiguous after this tile's): short runs the stream prefetchers
   // start on late (2048 x 7168 cold: 0.88x the time with this).
@@ -153,7 +160,7 @@ void tile(const Tile& a) {
   if constexpr (kPerBlock) {
     // Each row's scales 16 at a time (those of 16 / groups_per_block blocks), one load per
     // window instead of one per block; a block takes its lanes' scales by one permute.
-    const int64_t groups_per_block = 128 / G, window_blocks = 16 / groups_per_block;
+    constexpr int64_t groups_per_block = 128 / std::max(kGroup, 1), window_blocks = 16 / groups_per_block;
     __m512 window[R];
     for (int64_t b = 0; b < nblocks; ++b) {
       const int64_t k = b % window_blocks;
@@ -196,11 +203,13 @@ void tile(const Tile& a) {
 }
 
 template <int R, int T>
-void run(const Tile& a, bool per_block) {
-  if (per_block)
-    tile<R, T, true>(a);
+void run(const Tile& a, bool per_block) {  // per_block: groups of 32 or 64 (int4_bf16_layout)
+  if (!per_block)
+    tile<R, T, 0>(a);
+  else if (a.group_size == 32)
+    tile<R, T, 32>(a);
   else
-    tile<R, T, false>(a);
+    tile<R, T, 64>(a);
 }
 
 template <int R>
