@@ -1,6 +1,7 @@
 #pragma once
 // A read-only memory mapping of a whole file (RAII). Checkpoint tensors point into it, so the
-// weights are paged in by the OS on first touch and never copied.
+// weights are paged in by the OS on first touch (as huge pages where the kernel can) and never
+// copied.
 #include <cstddef>
 #include <filesystem>
 #include <span>
