@@ -34,9 +34,9 @@ MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {
     // Pages read in through this mapping come into the page cache as 2 MiB folios, which the
     // kernel maps whole (the mapping is 2 MiB-aligned): one TLB entry per 2 MiB of weights
     // instead of 512. Decode reads each step's experts (tens of MB, scattered over GBs) once:
-    // from 4 KiB pages the real shapes' experts read at 9-18 GB/s in some steps and ~33 in
-    // others, with this ~30-35 in all (bench/results/2026-12-06-huge-page-weights.md). Files
-    // already cached in small folios keep them. Advice only: no error if the kernel lacks THP.
+    // from 4 KiB pages the real shapes' experts read at 8-18 GB/s in some steps and ~33 in
+    // others, with this at 21-35, most ~30 (bench/results/2026-12-06-huge-page-weights.md).
+    // Files already cached in small folios keep them. Advice only: no error without THP.
     ::madvise(p, size_, MADV_HUGEPAGE);
   }
   ::close(fd);  // the mapping keeps the file alive
