@@ -110,7 +110,7 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
   // one row at a time, so the weights are one sequential stream (four rows a few KiB apart start
   // four: 8192 x 1024 cold 1.5x the time, 16384 x 512 1.85x). From cache the 4-row tile's shared x
   // loads and reductions win (512 x 192 hot: 0.6x the time). The f32 kernels draw the same line.
-  if (n == 1 && cols * 2 <= kShortRowBytes && w.rows * cols * 2 >= kStreamedMatrixBytes) {
+  if (n == 1 && cols * 2 <= kShortRowBytes && is_streamed(w)) {
     for (int64_t r = r0; r < r1; ++r) tile<1, 1, 2>(base + r * cols, cols, xb, y + r, ldy, true, r + 1 < r1 ? 1 : 0);
     return;
   }

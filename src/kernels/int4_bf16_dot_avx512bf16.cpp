@@ -37,11 +37,9 @@ constexpr int64_t kChunkBytes = int64_t(256) << 10;
 // 7168 x 2048 (1 KiB rows) 0.7x (why L1 hurts the short rows so much was not found out).
 constexpr int64_t kInt4PrefetchAhead = 1024;
 // Decode over a streamed matrix (kernels/streaming.h) reads it one row at a time, one sequential
-// stream prefetched this far ahead across row ends: four rows of an expert (1-3.5 KiB each) at
-// once are four short streams, which even a loop that only loads them reads at 0.5-0.75x the rate
-// on Zen 5. The real shapes' experts take ~0.85-0.9x the time in decode; from L3 the 4-row tiles
-// win by ~1.4x (bench/results/2026-12-06-int4-one-row-stream.md).
-constexpr int64_t kInt4StreamAhead = 4096;
+// stream prefetched kStreamAheadBytes ahead across row ends: the real shapes' experts take
+// ~0.85-0.9x the time of 4-row tiles in decode; from L3 the 4-row tiles win by ~1.4x
+// (bench/results/2026-12-06-int4-one-row-stream.md).
 
 constexpr uint16_t bf16_of(int v) { return uint16_t(std::bit_cast<uint32_t>(float(v)) >> 16); }
 constexpr auto kNibbleTable = [] {
@@ -74,7 +72,7 @@ struct Tile {
   bool prefetch;
   int next_rows;  // rows of the next tile of this call (contiguous), to prefetch past the end
   // One-row tiles of a streamed decode: the rows are one stream up to stream_end, prefetched
-  // kInt4StreamAhead ahead; ahead_scales: the scales of the row that far ahead (or null).
+  // kStreamAheadBytes ahead; ahead_scales: the scales of the row that far ahead (or null).
   const std::byte* stream_end = nullptr;
   const std::byte* ahead_scales = nullptr;
 };
@@ -120,7 +118,7 @@ void tile(const Tile& a) {
   const auto block = [&](int64_t b) {
     const int64_t byte = b * 64;
     if (a.stream_end) {
-      const std::byte* ahead = a.w + byte + kInt4StreamAhead;
+      const std::byte* ahead = a.w + byte + kStreamAheadBytes;
       if (ahead < a.stream_end) __builtin_prefetch(ahead, 0, 2);
     } else if (a.prefetch) {
       const int64_t at = byte + kInt4PrefetchAhead;
@@ -237,10 +235,10 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
   const bool per_block = groups > 1 && w.group_size < 128;
   const int64_t ldx = int4_bf16_packed_cols(w.cols);
   const auto* scales = static_cast<const std::byte*>(w.scales);
-  // One token over a streamed matrix: row by row (kInt4StreamAhead).
-  if (n == 1 && w.rows * (row_bytes + scale_row_bytes) >= kStreamedMatrixBytes) {
+  // One token over a streamed matrix: row by row (kStreamAheadBytes).
+  if (n == 1 && is_streamed(w)) {
     const std::byte* end = base + r1 * row_bytes;
-    const int64_t ahead_rows = kInt4StreamAhead / std::max<int64_t>(row_bytes, 1) + 1;
+    const int64_t ahead_rows = kStreamAheadBytes / std::max<int64_t>(row_bytes, 1) + 1;
     for (int64_t r = r0; r < r1; ++r) {
       Tile a{base + r * row_bytes, row_bytes, w.cols, scales + r * scale_row_bytes, scale_row_bytes, f32_scales,
              w.group_size, xp, ldx, y + r, w.rows, true, 0};

@@ -341,8 +341,7 @@ void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* 
     // Short rows of a matrix too large to stay in cache: as the GEMV, one sequential stream
     // (8192 x 1024 bf16 cold, 2 tokens: 0.77x the time); from cache the 4-row tile's shared x
     // loads win (512 x 192 hot, one thread: 1.1x the time row by row).
-    if (n <= 2 && row_bytes <= kGemvShortRowBytes &&
-        int64_t(size_t(w.rows) * row_bytes) >= kStreamedMatrixBytes)
+    if (n <= 2 && row_bytes <= kGemvShortRowBytes && is_streamed(w))
       small_batch_rows<Tr, D, 1, 2>(base, row_bytes, x, n, y, r0, r1, cols, ldy);
     else if (n <= 2)
       small_batch_rows<Tr, D, 4, 2>(base, row_bytes, x, n, y, r0, r1, cols, ldy);

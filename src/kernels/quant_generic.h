@@ -43,11 +43,9 @@ constexpr int64_t qmin(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Software prefetch distance per weight row (the GEMV streams rows from DRAM).
 constexpr int64_t kQuantPrefetchAhead = 512;
-// One token over a streamed matrix (kernels/streaming.h) reads it one row at a time, one
-// sequential stream prefetched this far ahead across row ends: 4-row tiles of INT4 rows (1-3.5
-// KiB) are four short streams. On Zen 5, cold, 0.3-0.9x the time for the INT4 kernels; from L3
-// W4A8 takes 1.1-1.25x (bench/results/2026-12-06-int4-one-row-stream.md).
-constexpr int64_t kQuantStreamAhead = 4096;
+// One token over a streamed matrix (kernels/streaming.h) reads it one row at a time, one stream
+// prefetched kStreamAheadBytes ahead across row ends. On Zen 5, cold, 0.3-0.9x the time of 4-row
+// tiles for the INT4 kernels; from L3 W4A8 takes 1.1-1.25x (bench/results/2026-12-06-int4-one-row-stream.md).
 // Rows swept by every token block of the GEMM while they stay in L2.
 constexpr int64_t kQuantRowChunk = 64;
 
@@ -122,12 +120,12 @@ inline void zero_tile(V (&a)[R][T]) {
 // Past the rows' ends, the same line of the next tile's rows when the GEMV has `next_rows` more
 // (rows are contiguous): an expert's down projection has rows of 1 KiB in INT4, which would
 // otherwise start every tile from DRAM. A streamed one-row tile prefetches its stream
-// kQuantStreamAhead ahead, into the rows after it.
+// kStreamAheadBytes ahead, into the rows after it.
 template <int R>
 inline void prefetch_ahead(const uint8_t* const (&rows)[R], int64_t pos, int64_t end, const QuantCtx& c) {
   if constexpr (R == 1) {
     if (c.stream_rows >= 0) {
-      const int64_t at = pos + kQuantStreamAhead;
+      const int64_t at = pos + kStreamAheadBytes;
       if (at < end * (1 + c.stream_rows)) __builtin_prefetch(rows[0] + at, 0, 3);
       return;
     }
@@ -658,8 +656,8 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
-  if (in.n == 1 && int64_t(w.bytes()) >= kStreamedMatrixBytes) {
-    // Decode GEMV over a streamed matrix: one row at a time, one stream (kQuantStreamAhead).
+  if (in.n == 1 && is_streamed(w)) {
+    // Decode GEMV over a streamed matrix: one row at a time, one stream (kStreamAheadBytes).
     for (int64_t r = r0; r < r1; ++r) {
       QuantCtx c{&w, &in, r, 0, true};
       c.stream_rows = r1 - r - 1;
