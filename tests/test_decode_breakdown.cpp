@@ -114,6 +114,9 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_GT(b.bytes[1][size_t(Phase::Router)], double(moe.router.bytes()) - 1);
   EXPECT_GT(b.bytes[size_t(L)][size_t(Phase::LmHead)], double(m.weights().lm_head.bytes()) - 1);
   EXPECT_GT(b.bytes[0][size_t(Phase::DenseMlp)], 0);
+  // The load-only read of a step's worth of experts, and the line that sets the products beside it.
+  EXPECT_GT(b.routed_read_rate, 0);
+  EXPECT_NE(format_decode_breakdown(m, b, 1e10).find("routed experts' memory: a load-only read"), std::string::npos);
 
   // The extrapolation to (here) 5 layers, 1 dense: layer 0 once, the MoE layers' mean 4 times.
   const DecodeExtrapolation x = extrapolate_decode(m, b, 1e10, 5, 1);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -586,6 +587,52 @@ TEST(Bandwidth, MeasuresSomething) {
   if (best_isa() != Isa::Scalar) {
     EXPECT_GT(measure_matmul_flops(pool), 1e8);
   }
+}
+
+// A read of given regions: odd sizes and offsets (a region shorter than a word, one spanning
+// several work items), two passes; nothing to read gives 0.
+TEST(Bandwidth, ReadRateOfGivenRegions) {
+  ThreadPool pool(2);
+  std::vector<std::byte> buf((size_t(8) << 20) + 13, std::byte{7});
+  const std::span<const std::byte> all(buf);
+  const std::vector<ReadPass> passes = {{all.subspan(3, 5), all.subspan(100, (size_t(3) << 20) + 1)},
+                                        {all.subspan((size_t(3) << 20) + 200)}};
+  EXPECT_GT(measure_read_rate(pool, passes), 1e8);
+  EXPECT_EQ(measure_read_rate(pool, {}), 0.0);
+  EXPECT_EQ(measure_read_rate(pool, {ReadPass{}, ReadPass{all.subspan(0, 0)}}), 0.0);
+}
+
+// storage(): the spans a GEMV reads, whose sizes bytes() sums; absent parts empty.
+TEST(WeightMatrixStorage, SpansOfDataScalesAndZeroPoints) {
+  std::vector<uint16_t> bf16(6 * 64);
+  const WeightMatrix dense{DType::BF16, bf16.data(), 6, 64};
+  auto s = dense.storage();
+  EXPECT_EQ(s[0].data(), reinterpret_cast<const std::byte*>(bf16.data()));
+  EXPECT_EQ(s[0].size(), 6u * 64 * 2);
+  EXPECT_TRUE(s[1].empty() && s[2].empty());
+  EXPECT_EQ(dense.bytes(), 6u * 64 * 2);
+
+  std::vector<uint8_t> q(6 * 32), zp(6 * 2);
+  std::vector<float> scales(6 * 2);
+  WeightMatrix int4{DType::F32, q.data(), 6, 64};
+  int4.format = WeightFormat::Int4Group;
+  int4.group_size = 32;
+  int4.scales = scales.data();
+  int4.scale_dtype = DType::F32;
+  s = int4.storage();
+  EXPECT_EQ(s[0].size(), 6u * 32);
+  EXPECT_EQ(s[1].data(), reinterpret_cast<const std::byte*>(scales.data()));
+  EXPECT_EQ(s[1].size(), 6u * 2 * 4);
+  EXPECT_TRUE(s[2].empty());
+  EXPECT_EQ(int4.bytes(), 6u * 32 + 6u * 2 * 4);
+  int4.zero_points = zp.data();
+  EXPECT_EQ(int4.storage()[2].size(), 6u * 2);
+  EXPECT_EQ(int4.bytes(), 6u * 32 + 6u * 2 * 4 + 6u * 2);
+
+  WeightMatrix int8 = int4;
+  int8.format = WeightFormat::Int8Group;
+  int8.zero_points = nullptr;
+  EXPECT_EQ(int8.storage()[0].size(), 6u * 64);
 }
 
 }  // namespace

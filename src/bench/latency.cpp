@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -256,6 +257,36 @@ size_t attention_weight_bytes(const AttentionWeights& a) {
          4 * (a.q_a_norm.size() + a.kv_a_norm.size());
 }
 
+// DecodeBreakdown::routed_read_rate: `passes` passes, each over the experts `tokens` tokens would
+// pick under uniform routing (their expected union, rounded), drawn at random without repeats
+// within a pass, from the MoE layers in turn.
+double measure_routed_read_rate(Model& model, const LatencyOptions& o, int64_t tokens, int64_t passes) {
+  std::vector<const MoeWeights*> moe;
+  for (const LayerWeights& L : model.weights().layers)
+    if (L.moe && !L.moe->experts.empty()) moe.push_back(&*L.moe);
+  if (moe.empty() || passes < 1) return 0;
+  Rng rng(o.seed + 0x5eed);
+  std::vector<ReadPass> reads;
+  for (int64_t p = 0; p < passes; ++p) {
+    const MoeWeights& m = *moe[size_t(p) % moe.size()];
+    const int64_t E = int64_t(m.experts.size());
+    const double k = double(std::min<int64_t>(model.config().num_experts_per_tok, E));
+    const int64_t picks =
+        std::clamp<int64_t>(std::llround(double(E) * (1.0 - std::pow(1.0 - k / double(E), double(tokens)))), 1, E);
+    std::vector<int64_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
+    ReadPass& pass = reads.emplace_back();
+    for (int64_t i = 0; i < picks; ++i) {
+      std::swap(order[size_t(i)], order[size_t(i + int64_t(rng.next_u64() % uint64_t(E - i)))]);
+      const MlpWeights& x = m.experts[size_t(order[size_t(i)])];
+      for (const WeightMatrix* wm : {&x.gate, &x.up, &x.down})
+        for (const std::span<const std::byte> s : wm->storage())
+          if (!s.empty()) pass.push_back(s);
+    }
+  }
+  return measure_read_rate(model.pool(), reads);
+}
+
 }  // namespace
 
 DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, int64_t batch, int64_t step_tokens) {
@@ -362,6 +393,7 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     }
   }
   b.bytes.back()[size_t(Phase::LmHead)] = double(w.lm_head.bytes() + 4 * w.final_norm.size());
+  b.routed_read_rate = measure_routed_read_rate(model, o, batch * step_tokens, b.steps);
   return b;
 }
 
@@ -430,6 +462,20 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
                 "inside regions (sync), %.1f%% idle while one thread works between regions (serial: the column)\n",
                 b.threads, b.regions_per_step, 100.0 * b.sync_share, 100.0 * b.serial_share);
   out += line;
+  if (b.routed_read_rate > 0) {
+    double routed_bytes = 0, routed_seconds = 0;
+    for (size_t l = 0; l < b.seconds.size(); ++l) {
+      routed_bytes += b.bytes[l][size_t(Phase::RoutedExperts)];
+      routed_seconds += b.seconds[l][size_t(Phase::RoutedExperts)];
+    }
+    const double routed_rate = routed_seconds > 0 ? routed_bytes / routed_seconds : 0;
+    std::snprintf(line, sizeof line,
+                  "routed experts' memory: a load-only read of a step's worth of experts (at random) %.2f GB/s, "
+                  "%.1f%% of the read bandwidth; the experts' products at %.1f%% of that\n",
+                  b.routed_read_rate / 1e9, read_bandwidth > 0 ? 100.0 * b.routed_read_rate / read_bandwidth : 0.0,
+                  100.0 * routed_rate / b.routed_read_rate);
+    out += line;
+  }
   if (b.step_tokens != 1) return out;  // extrapolated decode speed: decode steps only
   const DecodeExtrapolation x = extrapolate_decode(model, b, read_bandwidth);
   if (!x.possible) {

@@ -84,6 +84,11 @@ struct DecodeBreakdown {
   double regions_per_step = 0;
   double sync_share = 0;
   double serial_share = 0;
+  // What the routed experts' memory allows: a load-only read (measure_read_rate) of as many
+  // experts as a step reads, each pass other ones picked at random, the MoE layers in turn, in
+  // bytes/s (0 without MoE layers). Against the bandwidth of a fresh buffer it shows what the
+  // memory holding the weights costs; the experts' products against it, what the kernels do.
+  double routed_read_rate = 0;
 };
 DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1,
                                          int64_t step_tokens = 1);

@@ -2,6 +2,8 @@
 // Measures this machine's limits in the same run as a benchmark, so reported figures can be
 // given as fractions of a roofline rather than as absolute numbers on a noisy shared machine.
 #include <cstddef>
+#include <span>
+#include <vector>
 
 #include "common/thread_pool.h"
 
@@ -10,6 +12,14 @@ namespace kimi {
 // STREAM-style read bandwidth (bytes/s): sums a buffer of `bytes` (much larger than the caches)
 // with all pool threads, best of `repeats` passes. Reading is what decoding does with weights.
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int repeats = 5);
+
+// Bytes/s of reading given memory where it lives (a model's weights: page-cache pages can read
+// slower than the fresh buffer above, bench/results/2026-12-06-expert-memory.md): all pool
+// threads load each pass's regions once, with integer loads (any bytes), the passes in turn, each
+// region's pages mapped in before its pass is timed; the bytes of all passes over their time. 0
+// for no bytes. Regions larger together than the last-level cache give a memory figure.
+using ReadPass = std::vector<std::span<const std::byte>>;
+double measure_read_rate(ThreadPool& pool, const std::vector<ReadPass>& passes);
 
 // Peak f32 GFLOP/s of the BF16 matmul kernel on a compute-bound shape (for prefill roofline).
 double measure_matmul_flops(ThreadPool& pool);

@@ -187,12 +187,21 @@ WeightMatrix WeightMatrix::row_slice(int64_t first, int64_t count) const {
   return s;
 }
 
-size_t WeightMatrix::bytes() const {
+std::array<std::span<const std::byte>, 3> WeightMatrix::storage() const {
   const size_t elems = size_t(rows) * size_t(cols);
-  if (format == WeightFormat::Dense) return elems * dtype_size(dtype);
+  const auto span = [](const void* p, size_t n) {
+    return p ? std::span<const std::byte>(static_cast<const std::byte*>(p), n) : std::span<const std::byte>();
+  };
+  if (format == WeightFormat::Dense) return {span(data, elems * dtype_size(dtype)), {}, {}};
   const size_t scale_count = group_size > 0 ? size_t(rows) * size_t(cols / group_size) : 0;
-  const size_t data_bytes = format == WeightFormat::Int4Group ? elems / 2 : elems;
-  return data_bytes + scale_count * dtype_size(scale_dtype) + (zero_points ? scale_count : 0);
+  return {span(data, format == WeightFormat::Int4Group ? elems / 2 : elems),
+          span(scales, scale_count * dtype_size(scale_dtype)), span(zero_points, scale_count)};
+}
+
+size_t WeightMatrix::bytes() const {
+  size_t n = 0;
+  for (const std::span<const std::byte> s : storage()) n += s.size();
+  return n;
 }
 
 void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs) {

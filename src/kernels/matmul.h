@@ -2,6 +2,8 @@
 // Dense products of f32 activations with checkpoint-typed weight matrices (BF16, F16 or F32,
 // used in place from the mapped file). These are the hot loops of the forward pass: decode is
 // a GEMV bound by how fast the weights stream from memory, prefill a GEMM over many tokens.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -53,7 +55,10 @@ struct WeightMatrix {
   // Int4Group, asymmetric only: zero points [rows, cols / group_size], one uint8 in [0, 15] each.
   const uint8_t* zero_points = nullptr;
 
-  // Bytes of `data` (+ scales and zero points) the matrix occupies: what a GEMV reads.
+  // The bytes `data`, `scales` and `zero_points` point to, in that order (empty where absent):
+  // what a GEMV reads.
+  std::array<std::span<const std::byte>, 3> storage() const;
+  // Their sizes summed.
   size_t bytes() const;
 
   // Rows [first, first + count) as a matrix of their own (they are contiguous).
