@@ -586,6 +586,7 @@ TEST(Bandwidth, MeasuresSomething) {
   EXPECT_GT(bw, 1e8);  // 100 MB/s: any machine, even under sanitizers
   if (best_isa() != Isa::Scalar) {
     EXPECT_GT(measure_matmul_flops(pool), 1e8);
+    EXPECT_GT(measure_matmul_flops(pool, /*bf16_activations=*/true), 1e8);
   }
 }
 

@@ -117,7 +117,7 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   for (int it = 0; it < o.iterations; ++it) time_once(model, prompts, o, o.kv_cache_dtype, r);
   if (o.measure_limits) {
     r.read_bandwidth = measure_read_bandwidth(model.pool());
-    r.matmul_peak_flops = measure_matmul_flops(model.pool());
+    r.matmul_peak_flops = measure_matmul_flops(model.pool(), model.bf16_activations());
   }
   finish(model, o, o.kv_cache_dtype, r);
   return r;
@@ -132,14 +132,19 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
     for (LatencyVariant& v : variants) time_once(*v.model, prompts, o, v.kv_cache_dtype, v.result, v.speculative);
   for (LatencyVariant& v : variants)
     if (v.speculative.enabled()) measure_speculative_steps(*v.model, v.speculative, prompts[0], o, v.result);
-  double bw = 0, peak = 0;
+  // The bandwidth once; the matmul peak once for each kind of activations the variants use.
+  double bw = 0, peak[2] = {0, 0};
   if (o.measure_limits) {
     bw = measure_read_bandwidth(variants[0].model->pool());
-    peak = measure_matmul_flops(variants[0].model->pool());
+    for (const bool bf16 : {false, true}) {
+      const auto uses = [&](const LatencyVariant& v) { return v.model->bf16_activations() == bf16; };
+      if (std::any_of(variants.begin(), variants.end(), uses))
+        peak[bf16] = measure_matmul_flops(variants[0].model->pool(), bf16);
+    }
   }
   for (LatencyVariant& v : variants) {
     v.result.read_bandwidth = bw;
-    v.result.matmul_peak_flops = peak;
+    v.result.matmul_peak_flops = peak[v.model->bf16_activations()];
     finish(*v.model, o, v.kv_cache_dtype, v.result);
   }
 }
@@ -151,13 +156,23 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   const LatencyResult& base = variants[0].result;
   int w = 16;  // the label column, as wide as the longest label
   for (const LatencyVariant& v : variants) w = std::max(w, int(v.label.size()));
+  // The matmul peak of each kind of activations in use (variants of one kind share one figure).
+  std::string peaks;
+  for (const bool bf16 : {false, true}) {
+    const auto it = std::find_if(variants.begin(), variants.end(),
+                                 [&](const LatencyVariant& v) { return v.model->bf16_activations() == bf16; });
+    if (it == variants.end()) continue;
+    std::snprintf(line, sizeof line, "%s%.2f GFLOP/s (%s activations)", peaks.empty() ? "" : ", ",
+                  it->result.matmul_peak_flops / 1e9, bf16 ? "bf16" : "f32");
+    peaks += line;
+  }
   std::snprintf(line, sizeof line,
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
-                "measured read bandwidth %.2f GB/s, matmul peak %.2f GFLOP/s\n\n"
+                "measured read bandwidth %.2f GB/s, matmul peak %s\n\n"
                 "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
                 variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
-                base.read_bandwidth / 1e9, base.matmul_peak_flops / 1e9, w, "variant", "MB/token", "fewer", "KV B/token",
-                "KV", "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
+                base.read_bandwidth / 1e9, peaks.c_str(), w, "variant", "MB/token", "fewer", "KV B/token", "KV",
+                "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
   out += line;
   for (const LatencyVariant& v : variants) {
     const LatencyResult& r = v.result;
@@ -215,8 +230,8 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
          " decoded token reads than the first variant, the speed-up a memory-bound decode can reach;\n"
          " KV B/token: bytes cached per token over all layers, KV: its ratio to the first variant;\n"
          " decode roofline: active weight bytes + KV reads per token against read bandwidth;\n"
-         " prefill: 2 x active parameters per token against the float matmul peak, so integer\n"
-         " kernels may exceed it)\n";
+         " prefill: 2 x active parameters per token against the float matmul peak of the variant's\n"
+         " activations, so integer kernels may exceed it)\n";
   return out;
 }
 
@@ -229,7 +244,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d\n"
                 "KV cache: %s, %.0f bytes per token\n"
                 "prefill: %9.1f tokens/s  (%.3f s)  %7.2f GFLOP/s of a measured matmul peak of %.2f GFLOP/s "
-                "= %.1f%% of roofline\n"
+                "(%s activations) = %.1f%% of roofline\n"
                 "decode:  %9.1f tokens/s  (%.3f s)  %7.2f GB/s of a measured read bandwidth of %.2f GB/s "
                 "= %.1f%% of roofline\n",
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.n_routed_experts,
@@ -238,7 +253,8 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 (long long)o.input_len, (long long)o.output_len, o.iterations,
                 std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.prefill_tokens_per_s,
                 r.prefill_seconds, r.prefill_flops_per_token * r.prefill_tokens_per_s / 1e9,
-                r.matmul_peak_flops / 1e9, 100.0 * r.prefill_roofline_fraction, r.decode_tokens_per_s,
+                r.matmul_peak_flops / 1e9, model.bf16_activations() ? "bf16" : "f32", 100.0 * r.prefill_roofline_fraction,
+                r.decode_tokens_per_s,
                 r.decode_seconds, r.decode_bytes_per_token * r.decode_tokens_per_s / 1e9, r.read_bandwidth / 1e9,
                 100.0 * r.decode_roofline_fraction);
   return buf;

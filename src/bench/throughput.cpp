@@ -67,7 +67,7 @@ std::vector<ThroughputLevel> run_throughput_bench(Model& model, const Throughput
     out.push_back(L);
   }
   if (o.measure_limits) {
-    const double peak = measure_matmul_flops(model.pool());
+    const double peak = measure_matmul_flops(model.pool(), model.bf16_activations());
     for (auto& L : out) L.matmul_peak_flops = peak;
   }
   return out;

@@ -118,7 +118,7 @@ double measure_read_rate(ThreadPool& pool, const std::vector<ReadPass>& passes) 
   return seconds > 0 ? bytes / seconds : 0.0;
 }
 
-double measure_matmul_flops(ThreadPool& pool) {
+double measure_matmul_flops(ThreadPool& pool, bool bf16_activations) {
   // Square enough to be compute-bound: each weight is used by 64 tokens.
   constexpr int64_t kRows = 2048, kCols = 2048, kTokens = 64;
   Rng rng(1234);
@@ -126,7 +126,8 @@ double measure_matmul_flops(ThreadPool& pool) {
   for (auto& v : w) v = f32_to_bf16(float(rng.uniform() - 0.5));
   std::vector<float> x(size_t(kTokens * kCols)), y(size_t(kTokens * kRows));
   for (auto& v : x) v = float(rng.uniform() - 0.5);
-  const WeightMatrix m{DType::BF16, w.data(), kRows, kCols};
+  WeightMatrix m{DType::BF16, w.data(), kRows, kCols};
+  if (bf16_activations) m.act_quant = ActivationQuant::Bf16;
 
   matmul(pool, m, x.data(), kTokens, y.data());  // warm-up: caches, thread wake-ups
   double best = 1e30;

@@ -21,7 +21,9 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, 
 using ReadPass = std::vector<std::span<const std::byte>>;
 double measure_read_rate(ThreadPool& pool, const std::vector<ReadPass>& passes);
 
-// Peak f32 GFLOP/s of the BF16 matmul kernel on a compute-bound shape (for prefill roofline).
-double measure_matmul_flops(ThreadPool& pool);
+// Peak GFLOP/s of the BF16 matmul kernel on a compute-bound shape (for prefill roofline): with f32
+// activations, or with bf16 ones (`--dtype bfloat16`: one VDPBF16PS per 32 products where the CPU
+// has AVX512_BF16, about twice the f32 rate, so a bf16 prefill is set against its own kernel).
+double measure_matmul_flops(ThreadPool& pool, bool bf16_activations = false);
 
 }  // namespace kimi
