@@ -23,7 +23,7 @@ double measure_read_rate(ThreadPool& pool, const std::vector<ReadPass>& passes);
 
 // Peak GFLOP/s of the BF16 matmul kernel on a compute-bound shape (for prefill roofline): with f32
 // activations, or with bf16 ones (`--dtype bfloat16`: one VDPBF16PS per 32 products where the CPU
-// has AVX512_BF16, about twice the f32 rate, so a bf16 prefill is set against its own kernel).
+// has AVX512_BF16, 1.5-1.6x the f32 rate on Zen 5, so a bf16 prefill is set against its own kernel).
 double measure_matmul_flops(ThreadPool& pool, bool bf16_activations = false);
 
 }  // namespace kimi
