@@ -273,6 +273,12 @@ size_t attention_weight_bytes(const AttentionWeights& a) {
          4 * (a.q_a_norm.size() + a.kv_a_norm.size());
 }
 
+// How many of E experts `tokens` tokens select, k each, under uniform routing: the expected size
+// of the union of their picks (k for one token).
+double expected_distinct_experts(double E, double k, int64_t tokens) {
+  return E * (1.0 - std::pow(1.0 - k / E, double(tokens)));
+}
+
 // DecodeBreakdown::routed_read_rate: `passes` passes, each over the experts `tokens` tokens would
 // pick under uniform routing (their expected union, rounded), drawn at random without repeats
 // within a pass, from the MoE layers in turn.
@@ -287,8 +293,7 @@ double measure_routed_read_rate(Model& model, const LatencyOptions& o, int64_t t
     const MoeWeights& m = *moe[size_t(p) % moe.size()];
     const int64_t E = int64_t(m.experts.size());
     const double k = double(std::min<int64_t>(model.config().num_experts_per_tok, E));
-    const int64_t picks =
-        std::clamp<int64_t>(std::llround(double(E) * (1.0 - std::pow(1.0 - k / double(E), double(tokens)))), 1, E);
+    const int64_t picks = std::clamp<int64_t>(std::llround(expected_distinct_experts(double(E), k, tokens)), 1, E);
     std::vector<int64_t> order(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
     ReadPass& pass = reads.emplace_back();
@@ -403,8 +408,7 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
       size_t experts = 0;
       for (const MlpWeights& e : L.moe->experts) experts += mlp_bytes(e);
       const double E = double(L.moe->experts.size()), k = double(c.num_experts_per_tok);
-      const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch * step_tokens)));  // k for one token
-      row[size_t(Phase::RoutedExperts)] = double(experts) / E * distinct;
+      row[size_t(Phase::RoutedExperts)] = double(experts) / E * expected_distinct_experts(E, k, batch * step_tokens);
       if (L.moe->shared) row[size_t(Phase::SharedExpert)] = double(mlp_bytes(*L.moe->shared));
     }
   }
