@@ -548,6 +548,21 @@ TEST(Kernels, DefaultDispatchMatchesExplicitBestIsa) {
   EXPECT_EQ(dot_f32(x.data(), x.data() + 45, 45), dot_f32(x.data(), x.data() + 45, 45, best_isa()));
 }
 
+// The calling thread's product is matmul()'s, for every float dtype and few or many tokens.
+TEST(Kernels, MatmulOnThreadEqualsMatmul) {
+  ThreadPool pool(2);
+  Rng rng(37);
+  for (const DType dt : {DType::F32, DType::F16, DType::BF16})
+    for (const int64_t n : {1, 3, 13}) {
+      const TestWeights w = make_weights(dt, 37, 200, rng);
+      const std::vector<float> x = random_floats(size_t(n * 200), rng);
+      std::vector<float> a(size_t(n * 37)), b(size_t(n * 37), -1.0f);
+      matmul(pool, w.matrix(), x.data(), n, a.data());
+      matmul_on_thread(w.matrix(), x.data(), n, b.data());
+      EXPECT_EQ(a, b) << dtype_name(dt) << " n=" << n;
+    }
+}
+
 TEST(Kernels, RejectsNonFloatDTypes) {
   ThreadPool pool(1);
   const int32_t data[4] = {1, 2, 3, 4};
@@ -555,6 +570,11 @@ TEST(Kernels, RejectsNonFloatDTypes) {
   float x[4] = {}, y[4] = {};
   EXPECT_THROW(matmul(pool, w, x, 1, y), Error);
   EXPECT_THROW(matmul_untransposed(w, x, 1, y), Error);
+  EXPECT_THROW(matmul_on_thread(w, x, 1, y), Error);
+  const uint16_t bf16[4] = {};
+  EXPECT_THROW(matmul_on_thread({.dtype = DType::BF16, .data = bf16, .rows = 2, .cols = 2,
+                                 .act_quant = ActivationQuant::Bf16}, x, 1, y), Error)
+      << "bf16 activations are the batch entry's";
   EXPECT_THROW(convert_to_f32(DType::I8, data, y, 4), Error);
   EXPECT_THROW(convert_to_f32(DType::F64, data, y, 2), Error);
 }

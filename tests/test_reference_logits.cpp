@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/rng.h"
 #include "model/model.h"
 #include "test_util.h"
 
@@ -130,6 +131,30 @@ TEST_F(ReferenceLogits, ChunkedPrefillThenDecodeMatches) {
   }
   for (; pos < g.ids.size(); ++pos) {
     expect_rows_match(g, forward_sequence(*model_, ids.subspan(pos, 1), cache), pos, "decode after chunks");
+  }
+}
+
+// Longer than the golden cases: the naive form splits its queries into blocks of 64 per head, each
+// attending over the keys its last query sees. A 150-token prompt prefilled naively in chunks of
+// 100 and 50 (the second block of each chunk partial, the second chunk after 100 cached rows)
+// against the absorbed form in one step, which shares no code with it past the projections.
+TEST_F(ReferenceLogits, NaivePrefillOverManyQueryBlocksMatchesAbsorbed) {
+  Rng rng(5);
+  std::vector<int32_t> ids(150);
+  for (int32_t& id : ids) id = int32_t(rng.next_u64() % uint64_t(vocab()));
+  model_->set_attention_mode(AttentionMode::Absorbed);
+  KvCache whole = model_->new_cache(int64_t(ids.size()));
+  const std::vector<float> want = forward_sequence(*model_, ids, whole, true);
+  model_->set_attention_mode(AttentionMode::Naive);
+  KvCache chunked = model_->new_cache(int64_t(ids.size()));
+  std::vector<float> got = forward_sequence(*model_, std::span<const int32_t>(ids).first(100), chunked, true);
+  const std::vector<float> rest = forward_sequence(*model_, std::span<const int32_t>(ids).subspan(100), chunked, true);
+  got.insert(got.end(), rest.begin(), rest.end());
+  model_->set_attention_mode(AttentionMode::Auto);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float d = max_diff(&got[r * size_t(vocab())], &want[r * size_t(vocab())], size_t(vocab()));
+    EXPECT_LT(d, kTolerance) << "position " << r << " differs by " << d;
   }
 }
 

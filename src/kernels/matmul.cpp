@@ -231,6 +231,13 @@ void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float
   if (n > 0) kernels::kernels_for(isa).matmul_untransposed(w, x, n, y);
 }
 
+void matmul_on_thread(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+  check_dense_weight(w, "matmul_on_thread");
+  if (w.act_quant != ActivationQuant::None)
+    throw Error("matmul_on_thread: takes f32 activations only (the weight asks for bf16 ones)");
+  if (n > 0 && w.rows > 0) kernels::best_kernels().matmul_rows(w, x, n, y, 0, w.rows);
+}
+
 void convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t n) {
   convert_with(kernels::best_kernels(), src_dtype, src, dst, n);
 }

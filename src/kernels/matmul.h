@@ -90,6 +90,9 @@ void matmul_batch(ThreadPool& pool, std::span<const MatmulJob> jobs, Isa isa);
 void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float* y);
 void matmul_untransposed(const WeightMatrix& w, const float* x, int64_t n, float* y, Isa isa);
 
+// y[n, w.rows] = x[n, w.cols] . w^T for dense float weights and f32 activations, on the calling
+// thread alone: for callers that already run one product per thread (attention's heads).
+void matmul_on_thread(const WeightMatrix& w, const float* x, int64_t n, float* y);
 // dst[i] = float(src[i]) for i < n; src of any float dtype (for embedding rows and norms).
 void convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t n);
 void convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t n, Isa isa);

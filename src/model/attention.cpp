@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "kernels/mla_kernels.h"
-#include "kernels/vec_ops.h"
 #include "model/ops.h"
 
 namespace kimi {
@@ -28,51 +27,69 @@ struct Dims {
         v(c.v_head_dim), lora(c.kv_lora_rank), kvb_head(c.qk_nope_head_dim + c.v_head_dim) {}
 };
 
-// Reading one cached row in its own dtype (kv_cache.h): the dot products of a query's latent and
-// rope parts with it, and adding a multiple of its latent to an output. The switch is per row
-// and always takes the same branch, so it costs next to nothing against 576-wide products.
-float rope_dot(const KvRowLayout& l, const std::byte* r, const float* q_rope) {
-  switch (l.dtype) {
-    case KvCacheDtype::Float32: return dot_f32(q_rope, reinterpret_cast<const float*>(r) + l.lora, l.rope);
-    case KvCacheDtype::BFloat16: return dot_bf16(q_rope, reinterpret_cast<const uint16_t*>(r) + l.lora, l.rope);
-    case KvCacheDtype::Fp8E4m3: {
-      float scale;
-      std::memcpy(&scale, r + l.scale_offset + sizeof(float), sizeof scale);
-      return scale * dot_e4m3(q_rope, reinterpret_cast<const uint8_t*>(r) + l.lora, l.rope);
-    }
-  }
-  return 0.0f;
-}
+// Queries per task of the naive form: each task copies its head's keys and values out of the
+// expansion once for this many queries, whose products with them are then two GEMMs (a copy of
+// each key and value against 64 queries' multiply-adds with it).
+constexpr int64_t kNaiveQueryBlock = 64;
 
-// Naive form for one sequence: expand every cached latent into per-head keys/values.
+// Naive form for one sequence: expand every cached latent into per-head keys/values, then per
+// (head, block of queries) two GEMMs, scores = Q K^T and out = softmax(scores) V, over the keys
+// the block can see (causal: the block's last query sees start + its index + 1 of them).
 void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                   float scale, ThreadPool& pool, float* attn_out) {
   const KvView& cache = s.kv;
   const int64_t start = cache.length;
   const int64_t ctx = start + s.n_tokens;
   // The expansion is a matmul over f32 latents: gathering the rows out of their blocks converts
-  // them on the way (O(ctx x lora) against the expansion's O(ctx x lora x H x (nope + v))).
-  std::vector<float> latents(static_cast<size_t>(ctx * d.lora));
-  for (int64_t j = 0; j < ctx; ++j) decode_kv_latent(cache.layout, cache.row(layer, j), &latents[size_t(j * d.lora)]);
+  // them on the way (O(ctx x lora) against the expansion's O(ctx x lora x H x (nope + v))), the
+  // shared rope keys with them.
+  std::vector<float> latents(static_cast<size_t>(ctx * d.lora)), rope_keys(static_cast<size_t>(ctx * d.rope));
+  {
+    std::vector<float> row(static_cast<size_t>(d.lora + d.rope));
+    for (int64_t j = 0; j < ctx; ++j) {
+      decode_kv_row(cache.layout, cache.row(layer, j), row.data());
+      std::copy_n(row.begin(), d.lora, &latents[size_t(j * d.lora)]);
+      std::copy_n(row.begin() + d.lora, d.rope, &rope_keys[size_t(j * d.rope)]);
+    }
+  }
   std::vector<float> kv(static_cast<size_t>(ctx * d.H * d.kvb_head));  // [ctx, H, nope + v]
   matmul(pool, w.kv_b, latents.data(), ctx, kv.data());
 
-  pool.parallel_for(s.n_tokens * d.H, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> scores(static_cast<size_t>(ctx));
+  const int64_t blocks = (s.n_tokens + kNaiveQueryBlock - 1) / kNaiveQueryBlock;
+  pool.parallel_for(d.H * blocks, 1, [&](int64_t b, int64_t e) {
+    // This task's head: keys [kend, nope | rope], values [kend, v]; its queries (pre-scaled) and
+    // their scores, then probabilities, [n, kend].
+    std::vector<float> keys, values, qs, scores, out;
     for (int64_t task = b; task < e; ++task) {
-      const int64_t t = task / d.H, h = task % d.H;
-      const int64_t row = s.first_row + t, pos = start + t;
-      const float* qh = q + (row * d.H + h) * d.qk;
-      for (int64_t j = 0; j <= pos; ++j) {
-        const float* k_nope = &kv[size_t((j * d.H + h) * d.kvb_head)];
-        scores[size_t(j)] =
-            (dot_f32(qh, k_nope, d.nope) + rope_dot(cache.layout, cache.row(layer, j), qh + d.nope)) * scale;
+      const int64_t h = task / blocks, t0 = task % blocks * kNaiveQueryBlock;
+      const int64_t n = std::min(kNaiveQueryBlock, s.n_tokens - t0), kend = start + t0 + n;
+      keys.resize(size_t(kend * d.qk));
+      values.resize(size_t(kend * d.v));
+      for (int64_t j = 0; j < kend; ++j) {
+        const float* src = &kv[size_t((j * d.H + h) * d.kvb_head)];
+        std::copy_n(src, d.nope, &keys[size_t(j * d.qk)]);
+        std::copy_n(&rope_keys[size_t(j * d.rope)], d.rope, &keys[size_t(j * d.qk + d.nope)]);
+        std::copy_n(src + d.nope, d.v, &values[size_t(j * d.v)]);
       }
-      softmax(scores.data(), pos + 1);
-      float* o = attn_out + (row * d.H + h) * d.v;
-      std::fill(o, o + d.v, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j)
-        axpy_f32(o, scores[size_t(j)], &kv[size_t((j * d.H + h) * d.kvb_head + d.nope)], d.v);
+      qs.resize(size_t(n * d.qk));
+      for (int64_t i = 0; i < n; ++i) {
+        const float* qh = q + ((s.first_row + t0 + i) * d.H + h) * d.qk;
+        for (int64_t c = 0; c < d.qk; ++c) qs[size_t(i * d.qk + c)] = qh[c] * scale;
+      }
+      scores.resize(size_t(n * kend));
+      matmul_on_thread({.dtype = DType::F32, .data = keys.data(), .rows = kend, .cols = d.qk}, qs.data(), n,
+                       scores.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float* p = &scores[size_t(i * kend)];
+        const int64_t seen = start + t0 + i + 1;  // keys 0 .. this query's position
+        softmax(p, seen);
+        std::fill(p + seen, p + kend, 0.0f);
+      }
+      out.resize(size_t(n * d.v));
+      matmul_untransposed({.dtype = DType::F32, .data = values.data(), .rows = kend, .cols = d.v}, scores.data(), n,
+                          out.data());
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(&out[size_t(i * d.v)], d.v, attn_out + ((s.first_row + t0 + i) * d.H + h) * d.v);
     }
   });
 }
