@@ -106,10 +106,11 @@ TEST(Bf16DotKernel, Avx512Bf16RowRanges) {
   struct Shape {
     int64_t rows, cols, r0, r1;
   };
-  // Small matrices take the register tiles; the last, short rows of a 1.1 MB matrix, the decode
-  // path that reads them one at a time.
+  // Small matrices take the register tiles (rows longer than the GEMM's column block, 2048, cut
+  // into blocks when there are more tokens than one tile); the last, short rows of a 1.1 MB
+  // matrix, the decode path that reads them one at a time.
   for (const Shape sh : {Shape{23, 7, 5, 18}, Shape{23, 96, 5, 18}, Shape{23, 200, 5, 18}, Shape{23, 2048, 5, 18},
-                         Shape{1100, 520, 3, 1090}}) {
+                         Shape{23, 4133, 5, 18}, Shape{1100, 520, 3, 1090}}) {
     for (const int64_t n : {1, 2, 6, 9}) {
       if (sh.rows > 100 && n > 1) continue;
       const int64_t rows = sh.rows, cols = sh.cols, r0 = sh.r0, r1 = sh.r1;

@@ -134,7 +134,8 @@ INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, test::all_isas(), test
 // The AVX512_BF16 kernel on a share of the rows (a thread's [r0, r1)): those rows right, the
 // others untouched. The last four shapes are large enough (over 1 MiB) to stream: one
 // token reads them one row at a time, prefetching across row ends and the scales rows ahead;
-// every group layout (per block, whole blocks, one per row) and F32 scales.
+// every group layout (per block, whole blocks, one per row) and F32 scales. Three tokens and more
+// take the 2-row x 4-token tile, with partial row and token tiles.
 TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {
   const kernels::Int4Bf16DotRows rows_kernel = kernels::int4_bf16_dot_rows();
   if (!rows_kernel) GTEST_SKIP() << "this CPU lacks avx512_bf16";
@@ -146,7 +147,7 @@ TEST(Int4Bf16DotKernel, Avx512Bf16RowRanges) {
   for (const Shape sh : {Shape{23, 64, 32, 5, 18}, Shape{23, 192, 64, 5, 18}, Shape{23, 512, 512, 5, 18},
                          Shape{23, 2048, 32, 5, 18}, Shape{1100, 2048, 32, 3, 1090}, Shape{300, 7168, 64, 1, 299},
                          Shape{520, 4096, 256, 0, 517, true}, Shape{130, 16384, 16384, 2, 130}}) {
-    for (const int64_t n : {1, 2, 3, 6}) {
+    for (const int64_t n : {1, 2, 3, 6, 9}) {
       if (sh.rows > 100 && n > 1) continue;
       const Int4Weights w = make_int4(sh.rows, sh.cols, sh.group, sh.f32_scales, false, rng);
       const std::vector<float> x = test::random_floats(size_t(n * sh.cols), rng);

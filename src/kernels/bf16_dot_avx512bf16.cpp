@@ -16,6 +16,8 @@ constexpr int kRows = 4;    // rows per register tile
 constexpr int kTokens = 6;  // tokens per register tile: 4 x 6 accumulators + 6 x loads + 1 weight load
 // Rows swept by every token block while they stay in L2 (a quarter of a 1 MiB L2).
 constexpr int64_t kChunkBytes = int64_t(256) << 10;
+// Columns per block of the prefill GEMM: a 6-token block of x is then 24 KiB, within L1.
+constexpr int64_t kGemmColBlock = 2048;
 // Decode reads rows up to this long one at a time (the f32 GEMV's kGemvShortRowBytes) in streamed
 // matrices (kernels/streaming.h).
 constexpr int64_t kShortRowBytes = 2048;
@@ -26,29 +28,45 @@ constexpr int64_t kBf16PrefetchAhead = 2048;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
-// rows x tokens dot products over whole rows; U independent accumulators per pair keep the
+// A tile's operands: rows of w and tokens of x, both of row length (and stride) cols, over the
+// columns [k0, k1); y[t * ldy + r] receives (or, with accumulate, adds) the tile's products.
+struct Tile {
+  const uint16_t* w;
+  const uint16_t* x;
+  int64_t cols, k0, k1;
+  float* y;
+  int64_t ldy;
+  bool accumulate;
+  bool prefetch;
+  int next_rows;
+};
+
+// rows x tokens dot products over columns [k0, k1); U independent accumulators per pair keep the
 // VDPBF16PS chains short when the tile is small (the GEMV).
-// prefetch: the rows stream from memory (one pass over them): each row's line kBf16PrefetchAhead
-// ahead, and past a row's end the same line of the next tile's row (next_rows of them follow,
-// contiguous), so that a tile of short rows does not start from DRAM.
+// prefetch (whole rows only): the rows stream from memory (one pass over them): each row's line
+// kBf16PrefetchAhead ahead, and past a row's end the same line of the next tile's row (next_rows
+// of them follow, contiguous), so that a tile of short rows does not start from DRAM.
 template <int R, int T, int U>
-void tile(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy, bool prefetch, int next_rows) {
+void tile(const Tile& a) {
+  const uint16_t* w = a.w;
+  const uint16_t* x = a.x;
+  const int64_t cols = a.cols;
   __m512 acc[U][R][T];
   for (int u = 0; u < U; ++u)
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 32 * U <= cols; k += 32 * U) {
+  int64_t k = a.k0;
+  for (; k + 32 * U <= a.k1; k += 32 * U) {
     for (int u = 0; u < U; ++u) {
       const int64_t kk = k + 32 * u;
       __m512bh xv[T];
       for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * cols + kk));
       for (int r = 0; r < R; ++r) {
-        if (prefetch) {
+        if (a.prefetch) {
           const int64_t at = kk + kBf16PrefetchAhead;
           if (at < cols)
             __builtin_prefetch(w + r * cols + at, 0, 3);
-          else if (r < next_rows)
+          else if (r < a.next_rows)
             __builtin_prefetch(w + (r + R) * cols + (at - cols), 0, 3);
         }
         const __m512bh wv = as_bh(_mm512_loadu_si512(w + r * cols + kk));
@@ -56,8 +74,8 @@ void tile(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t 
       }
     }
   }
-  for (; k < cols; k += 32) {  // the rest, 32 at a time, zero-filled past the row's end
-    const __mmask32 m = cols - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (cols - k)) - 1;
+  for (; k < a.k1; k += 32) {  // the rest, 32 at a time, zero-filled past the range's end
+    const __mmask32 m = a.k1 - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (a.k1 - k)) - 1;
     __m512bh xv[T];
     for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_maskz_loadu_epi16(m, x + t * cols + k));
     for (int r = 0; r < R; ++r) {
@@ -69,33 +87,33 @@ void tile(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t 
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[0][r][t] = _mm512_add_ps(acc[0][r][t], acc[u][r][t]);
   for (int t = 0; t < T; ++t) {
+    float sums[R];
     if constexpr (R == 4)
-      Avx512Traits::reduce4(acc[0][0][t], acc[0][1][t], acc[0][2][t], acc[0][3][t], y + t * ldy);
+      Avx512Traits::reduce4(acc[0][0][t], acc[0][1][t], acc[0][2][t], acc[0][3][t], sums);
     else
-      for (int r = 0; r < R; ++r) y[t * ldy + r] = Avx512Traits::reduce(acc[0][r][t]);
+      for (int r = 0; r < R; ++r) sums[r] = Avx512Traits::reduce(acc[0][r][t]);
+    float* yt = a.y + t * a.ldy;
+    for (int r = 0; r < R; ++r) yt[r] = a.accumulate ? yt[r] + sums[r] : sums[r];
   }
 }
 
 template <int R, int T>
-void run(const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy, bool prefetch, int next_rows) {
+void run(const Tile& a) {
   if constexpr (T <= 2)
-    tile<R, T, 2>(w, cols, x, y, ldy, prefetch, next_rows);
+    tile<R, T, 2>(a);
   else
-    tile<R, T, 1>(w, cols, x, y, ldy, prefetch, next_rows);
+    tile<R, T, 1>(a);
 }
 
 template <int R, int... Ts>
-void dispatch_tokens(int tokens, const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy,
-                     bool prefetch, int next_rows, std::integer_sequence<int, Ts...>) {
-  (void)((tokens == Ts + 1 && (run<R, Ts + 1>(w, cols, x, y, ldy, prefetch, next_rows), true)) || ...);
+void dispatch_tokens(int tokens, const Tile& a, std::integer_sequence<int, Ts...>) {
+  (void)((tokens == Ts + 1 && (run<R, Ts + 1>(a), true)) || ...);
 }
 
 template <int... Rs>
-void dispatch(int rows, int tokens, const uint16_t* w, int64_t cols, const uint16_t* x, float* y, int64_t ldy,
-              bool prefetch, int next_rows, std::integer_sequence<int, Rs...>) {
-  (void)((rows == Rs + 1 && (dispatch_tokens<Rs + 1>(tokens, w, cols, x, y, ldy, prefetch, next_rows,
-                                                      std::make_integer_sequence<int, kTokens>{}),
-                             true)) ||
+void dispatch(int rows, int tokens, const Tile& a, std::integer_sequence<int, Rs...>) {
+  (void)((rows == Rs + 1 &&
+          (dispatch_tokens<Rs + 1>(tokens, a, std::make_integer_sequence<int, kTokens>{}), true)) ||
          ...);
 }
 
@@ -111,21 +129,31 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
   // four: 8192 x 1024 cold 1.5x the time, 16384 x 512 1.85x). From cache the 4-row tile's shared x
   // loads and reductions win (512 x 192 hot: 0.6x the time). The f32 kernels draw the same line.
   if (n == 1 && cols * 2 <= kShortRowBytes && is_streamed(w)) {
-    for (int64_t r = r0; r < r1; ++r) tile<1, 1, 2>(base + r * cols, cols, xb, y + r, ldy, true, r + 1 < r1 ? 1 : 0);
+    for (int64_t r = r0; r < r1; ++r)
+      tile<1, 1, 2>({base + r * cols, xb, cols, 0, cols, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0});
     return;
   }
-  // A chunk of rows is swept by every block of tokens while it stays in L2; with one token block
-  // (decode, verification) that is one pass over the rows, streamed from memory: prefetch it.
-  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (cols * 2) / kRows * kRows, kRows, 128);
-  const bool prefetch = n <= kTokens;
+  // One token block (decode, verification): one pass over whole rows, streamed from memory, so
+  // prefetched. More (prefill): a GEMM blocked for the caches, columns cut into blocks of at most
+  // kGemmColBlock so that a token block's x stays in L1 while a chunk of rows' block (in L2) sweeps
+  // it; without the cut a token block over 7168-18432 columns (86-221 KiB) came from L2 and the
+  // whole x, re-read for every few rows, from L3.
+  const bool gemm = n > kTokens;
+  const int64_t blocks = gemm ? (cols + kGemmColBlock - 1) / kGemmColBlock : 1;
+  const int64_t block = ((cols + blocks - 1) / blocks + 31) / 32 * 32;  // whole 32-wide steps
+  const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (block * 2) / kRows * kRows, kRows, 128);
   for (int64_t rc = r0; rc < r1; rc += chunk) {
     const int64_t rc_end = std::min(r1, rc + chunk);
-    for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
-      const int tokens = int(std::min<int64_t>(kTokens, n - t0));
-      for (int64_t r = rc; r < rc_end; r += kRows)
-        dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens, base + r * cols, cols, xb + t0 * cols,
-                 y + t0 * ldy + r, ldy, prefetch, int(std::clamp<int64_t>(rc_end - r - kRows, 0, kRows)),
-                 std::make_integer_sequence<int, kRows>{});
+    for (int64_t k0 = 0; k0 < cols; k0 += block) {
+      const int64_t k1 = std::min(cols, k0 + block);
+      for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
+        const int tokens = int(std::min<int64_t>(kTokens, n - t0));
+        for (int64_t r = rc; r < rc_end; r += kRows)
+          dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens,
+                   {base + r * cols, xb + t0 * cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, !gemm,
+                    int(std::clamp<int64_t>(rc_end - r - kRows, 0, kRows))},
+                   std::make_integer_sequence<int, kRows>{});
+      }
     }
   }
 }
