@@ -392,7 +392,9 @@ void quant_args(benchmark::internal::Benchmark* b) {
                   {2048, 7168, 64, 0, kW4A16Zp8},
                   {2048, 7168, 64, 0, kW4A8},
                   {2048, 7168, 64, 0, kW4A16Bf16},
-                  {2048, 7168, 64, 0, kW8A8}});
+                  {2048, 7168, 64, 0, kW8A8},
+                  // An expert's share of a 512-token prompt (512 x 8 / 384 ~ 11 tokens), cold.
+                  {2048, 7168, 12, 1, kW4A16Bf16}});
 }
 void gemm_args(benchmark::internal::Benchmark* b) {
   add_per_isa(b, {{2048, 2048, 64}, {2048, 7168, 64}, {2048, 2048, 8}});
@@ -428,7 +430,7 @@ BENCHMARK(BM_Gemm)
 
 BENCHMARK(BM_Bf16Activations)
     ->ArgNames({"rows", "cols", "n", "cold", "act"})
-    ->ArgsProduct({{2048}, {7168}, {1, 4, 64}, {1}, {0, 1}})
+    ->ArgsProduct({{2048}, {7168}, {1, 4, 12, 64}, {1}, {0, 1}})
     ->Args({8192, 1024, 1, 1, 0})
     ->Args({8192, 1024, 1, 1, 1})
     ->Args({16384, 512, 1, 1, 0})
