@@ -135,9 +135,11 @@ TEST_F(ReferenceLogits, ChunkedPrefillThenDecodeMatches) {
 }
 
 // Longer than the golden cases: the naive form splits its queries into blocks of 64 per head, each
-// attending over the keys its last query sees. A 150-token prompt prefilled naively in chunks of
-// 100 and 50 (the second block of each chunk partial, the second chunk after 100 cached rows)
-// against the absorbed form in one step, which shares no code with it past the projections.
+// attending over the keys its last query sees, and expands the context in chunks of rows whose
+// partial softmaxes it merges. A 150-token prompt prefilled naively in chunks of 100 and 50 (the
+// second block of each chunk partial, the second chunk after 100 cached rows), with the whole
+// context expanded at once and in chunks of 48 rows (some blocks then see none of a chunk's
+// keys, some a part), against the absorbed form in one step, which shares neither.
 TEST_F(ReferenceLogits, NaivePrefillOverManyQueryBlocksMatchesAbsorbed) {
   Rng rng(5);
   std::vector<int32_t> ids(150);
@@ -145,17 +147,24 @@ TEST_F(ReferenceLogits, NaivePrefillOverManyQueryBlocksMatchesAbsorbed) {
   model_->set_attention_mode(AttentionMode::Absorbed);
   KvCache whole = model_->new_cache(int64_t(ids.size()));
   const std::vector<float> want = forward_sequence(*model_, ids, whole, true);
-  model_->set_attention_mode(AttentionMode::Naive);
-  KvCache chunked = model_->new_cache(int64_t(ids.size()));
-  std::vector<float> got = forward_sequence(*model_, std::span<const int32_t>(ids).first(100), chunked, true);
-  const std::vector<float> rest = forward_sequence(*model_, std::span<const int32_t>(ids).subspan(100), chunked, true);
-  got.insert(got.end(), rest.begin(), rest.end());
   model_->set_attention_mode(AttentionMode::Auto);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t r = 0; r < ids.size(); ++r) {
-    const float d = max_diff(&got[r * size_t(vocab())], &want[r * size_t(vocab())], size_t(vocab()));
-    EXPECT_LT(d, kTolerance) << "position " << r << " differs by " << d;
+  Model chunked_model(dir_->path() / "tiny", ModelOptions{.num_threads = 2,
+                                                          .attention_mode = AttentionMode::Naive,
+                                                          .attention_expansion_rows = 48});
+  model_->set_attention_mode(AttentionMode::Naive);
+  for (Model* m : {model_, &chunked_model}) {
+    const char* what = m == model_ ? "whole context expanded" : "48 rows expanded at a time";
+    KvCache cache = m->new_cache(int64_t(ids.size()));
+    std::vector<float> got = forward_sequence(*m, std::span<const int32_t>(ids).first(100), cache, true);
+    const std::vector<float> rest = forward_sequence(*m, std::span<const int32_t>(ids).subspan(100), cache, true);
+    got.insert(got.end(), rest.begin(), rest.end());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float d = max_diff(&got[r * size_t(vocab())], &want[r * size_t(vocab())], size_t(vocab()));
+      EXPECT_LT(d, kTolerance) << what << ": position " << r << " differs by " << d;
+    }
   }
+  model_->set_attention_mode(AttentionMode::Auto);
 }
 
 TEST_F(ReferenceLogits, BatchedSequencesMatch) {

@@ -33,8 +33,9 @@ AttentionMode choose_attention_mode(const ModelConfig& c, int64_t n_new, int64_t
 
 // x_norm: [n_rows, hidden] normalised input; out: [n_rows, hidden] attention output (o_proj
 // applied). Writes each token's latent and rope key into its sequence's cache at `layer`.
+// expansion_rows: context rows the naive form expands at once (<= 0: as many as fit 64 MiB).
 void mla_attention(const ModelConfig& c, const AttentionWeights& w, const Rope& rope, int64_t layer,
                    std::span<const SeqSlice> seqs, const float* x_norm, int64_t n_rows, AttentionMode mode,
-                   ThreadPool& pool, float* out);
+                   int64_t expansion_rows, ThreadPool& pool, float* out);
 
 }  // namespace kimi

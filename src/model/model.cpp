@@ -124,7 +124,8 @@ ForwardResult Model::forward(const ForwardBatch& batch) {
     rms_norm_to(x.data(), xn.data(), n, D, L.input_norm.data(), eps);
     {
       PhaseScope scope(times, l, Phase::Attention);
-      mla_attention(attention_config_, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode, pool_, y.data());
+      mla_attention(attention_config_, L.attn, rope_, l, slices, xn.data(), n, options_.attention_mode,
+                    options_.attention_expansion_rows, pool_, y.data());
     }
     for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
 

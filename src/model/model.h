@@ -23,6 +23,8 @@ namespace kimi {
 struct ModelOptions {
   int num_threads = 0;  // <= 0: all hardware threads
   AttentionMode attention_mode = AttentionMode::Auto;
+  // Naive attention: context rows expanded through kv_b at once (<= 0: as many as fit 64 MiB).
+  int64_t attention_expansion_rows = 0;
   QuantizationRequest quantization{};  // --quantization: as stored, or quantize float weights on load
   // The tensor-parallel group this process is one rank of (--tensor-parallel-size): it loads and
   // runs its shard of the weights (model/parallel_linear.h), and every rank of the group must

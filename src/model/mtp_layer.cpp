@@ -113,7 +113,7 @@ MtpOutput MtpLayer::forward(ThreadPool& pool, std::span<const MtpSequence> seqs)
 
   // The decoder block, as the target's layers run it.
   rms_norm_to(x.data(), xn.data(), N, H, block_.input_norm.data(), eps);
-  mla_attention(c, block_.attn, rope_, 0, slices, xn.data(), N, AttentionMode::Auto, pool, y.data());
+  mla_attention(c, block_.attn, rope_, 0, slices, xn.data(), N, AttentionMode::Auto, 0, pool, y.data());
   for (size_t i = 0; i < x.size(); ++i) x[i] += y[i];
   rms_norm_to(x.data(), xn.data(), N, H, block_.post_attention_norm.data(), eps);
   if (block_.moe) moe_forward(c, *block_.moe, xn.data(), N, pool, y.data());
