@@ -123,6 +123,18 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   return r;
 }
 
+namespace {
+
+// The first variant whose model runs on bf16 (or f32) activations, or null: which matmul peaks a
+// comparison measures and prints.
+const LatencyVariant* first_with_activations(const std::vector<LatencyVariant>& variants, bool bf16) {
+  for (const LatencyVariant& v : variants)
+    if (v.model->bf16_activations() == bf16) return &v;
+  return nullptr;
+}
+
+}  // namespace
+
 void run_latency_comparison(std::vector<LatencyVariant>& variants, const LatencyOptions& o) {
   check_options(o);
   if (variants.empty()) return;
@@ -136,11 +148,8 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   double bw = 0, peak[2] = {0, 0};
   if (o.measure_limits) {
     bw = measure_read_bandwidth(variants[0].model->pool());
-    for (const bool bf16 : {false, true}) {
-      const auto uses = [&](const LatencyVariant& v) { return v.model->bf16_activations() == bf16; };
-      if (std::any_of(variants.begin(), variants.end(), uses))
-        peak[bf16] = measure_matmul_flops(variants[0].model->pool(), bf16);
-    }
+    for (const bool bf16 : {false, true})
+      if (first_with_activations(variants, bf16)) peak[bf16] = measure_matmul_flops(variants[0].model->pool(), bf16);
   }
   for (LatencyVariant& v : variants) {
     v.result.read_bandwidth = bw;
@@ -159,9 +168,8 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   // The matmul peak of each kind of activations in use (variants of one kind share one figure).
   std::string peaks;
   for (const bool bf16 : {false, true}) {
-    const auto it = std::find_if(variants.begin(), variants.end(),
-                                 [&](const LatencyVariant& v) { return v.model->bf16_activations() == bf16; });
-    if (it == variants.end()) continue;
+    const LatencyVariant* it = first_with_activations(variants, bf16);
+    if (!it) continue;
     std::snprintf(line, sizeof line, "%s%.2f GFLOP/s (%s activations)", peaks.empty() ? "" : ", ",
                   it->result.matmul_peak_flops / 1e9, bf16 ? "bf16" : "f32");
     peaks += line;

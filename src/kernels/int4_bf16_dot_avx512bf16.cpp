@@ -220,13 +220,19 @@ void run_tokens(int tokens, const Tile& a, bool per_block, std::integer_sequence
   (void)((tokens == Ts + 1 && (run<R, Ts + 1>(a, per_block), true)) || ...);
 }
 
+// Tiles of up to kGemmRows rows take up to kGemmTokens tokens; the taller ones (decode's) kTokens.
+template <int R>
+void run_tokens(int tokens, const Tile& a, bool per_block) {
+  constexpr int kMaxTokens = R <= kGemmRows ? std::max(kTokens, kGemmTokens) : kTokens;
+  run_tokens<R>(tokens, a, per_block, std::make_integer_sequence<int, kMaxTokens>{});
+}
+
 void run_rows(int rows, int tokens, const Tile& a, bool per_block) {
-  constexpr auto kTs = std::make_integer_sequence<int, std::max(kTokens, kGemmTokens)>{};
   switch (rows) {
-    case 1: return run_tokens<1>(tokens, a, per_block, kTs);
-    case 2: return run_tokens<2>(tokens, a, per_block, kTs);
-    case 3: return run_tokens<3>(tokens, a, per_block, kTs);
-    default: return run_tokens<kRows>(tokens, a, per_block, kTs);
+    case 1: return run_tokens<1>(tokens, a, per_block);
+    case 2: return run_tokens<2>(tokens, a, per_block);
+    case 3: return run_tokens<3>(tokens, a, per_block);
+    default: return run_tokens<kRows>(tokens, a, per_block);
   }
 }
 
