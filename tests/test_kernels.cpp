@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "common/rng.h"
 #include "common/thread_pool.h"
 #include "kernels/bandwidth.h"
+#include "kernels/bf16_dot.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/quantize.h"
@@ -523,6 +526,40 @@ TEST_P(KernelsIsa, MatmulBatchEqualsSeparateProducts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, KernelsIsa, test::all_isas(), test::isa_param_name);
+
+// KIMI_MAX_CPU_ISA's parts: names in any case, nothing else; a cap drops every wider extension.
+TEST(Kernels, IsaCapParsesNamesAndDropsWiderExtensions) {
+  EXPECT_EQ(parse_isa("avx2"), Isa::Avx2);
+  EXPECT_EQ(parse_isa("AVX512"), Isa::Avx512);
+  EXPECT_EQ(parse_isa("Scalar"), Isa::Scalar);
+  EXPECT_EQ(parse_isa("sse4"), std::nullopt);
+  EXPECT_EQ(parse_isa(""), std::nullopt);
+  EXPECT_EQ(parse_isa("avx2 "), std::nullopt);
+
+  CpuFeatures all;
+  all.avx2 = all.fma = all.f16c = all.avx512f = all.avx512bw = all.avx512vl = all.avx512dq = true;
+  all.avx512_bf16 = all.avx512_vnni = all.avx_vnni = true;
+  const CpuFeatures same = capped_features(all, Isa::Avx512);
+  EXPECT_TRUE(same.avx512f && same.avx512_bf16 && same.avx512_vnni && same.avx_vnni);
+  const CpuFeatures avx2 = capped_features(all, Isa::Avx2);
+  EXPECT_TRUE(avx2.avx2 && avx2.fma && avx2.f16c && avx2.avx_vnni);
+  EXPECT_FALSE(avx2.avx512f || avx2.avx512bw || avx2.avx512vl || avx2.avx512dq || avx2.avx512_bf16 ||
+               avx2.avx512_vnni);
+  const CpuFeatures none = capped_features(all, Isa::Scalar);
+  EXPECT_FALSE(none.avx2 || none.fma || none.f16c || none.avx_vnni || none.avx512f || none.avx512_bf16);
+}
+
+// Under the cap (the ctest entry kimi_tests_avx2_cap sets KIMI_MAX_CPU_ISA=avx2) nothing wider
+// runs: no AVX-512 table, no AVX512_BF16 kernels, and the benchmarks' header says so.
+TEST(Kernels, IsaCapFromTheEnvironmentHolds) {
+  const char* cap = std::getenv("KIMI_MAX_CPU_ISA");
+  if (!cap || parse_isa(cap) != Isa::Avx2) GTEST_SKIP() << "KIMI_MAX_CPU_ISA is not avx2";
+  EXPECT_FALSE(isa_supported(Isa::Avx512));
+  EXPECT_NE(best_isa(), Isa::Avx512);
+  EXPECT_EQ(kernels::bf16_dot_rows(), nullptr);
+  EXPECT_EQ(kernels::int4_bf16_dot_rows(), nullptr);
+  EXPECT_NE(kernel_isa_summary().find("KIMI_MAX_CPU_ISA=avx2"), std::string::npos) << kernel_isa_summary();
+}
 
 TEST(Kernels, CpuFeaturesAreConsistent) {
   EXPECT_TRUE(isa_supported(Isa::Scalar));

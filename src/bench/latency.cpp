@@ -12,6 +12,7 @@
 #include "engine/generation.h"
 #include "bench/speculative_steps.h"
 #include "kernels/bandwidth.h"
+#include "kernels/cpu_features.h"
 
 namespace kimi {
 
@@ -176,10 +177,11 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   }
   std::snprintf(line, sizeof line,
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
+                "kernels: %s\n"
                 "measured read bandwidth %.2f GB/s, matmul peak %s\n\n"
                 "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
                 variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
-                base.read_bandwidth / 1e9, peaks.c_str(), w, "variant", "MB/token", "fewer", "KV B/token", "KV",
+                kernel_isa_summary().c_str(), base.read_bandwidth / 1e9, peaks.c_str(), w, "variant", "MB/token", "fewer", "KV B/token", "KV",
                 "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
   out += line;
   for (const LatencyVariant& v : variants) {
@@ -250,6 +252,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 "model: %lld layers, hidden %lld, %lld experts (%lld active), %.1f MB of weights, "
                 "%.1f MB active per token\n"
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d\n"
+                "kernels: %s\n"
                 "KV cache: %s, %.0f bytes per token\n"
                 "prefill: %9.1f tokens/s  (%.3f s)  %7.2f GFLOP/s of a measured matmul peak of %.2f GFLOP/s "
                 "(%s activations) = %.1f%% of roofline\n"
@@ -258,7 +261,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.n_routed_experts,
                 (long long)c.num_experts_per_tok, double(model.weights().total_bytes) / 1e6,
                 double(model.weights().active_bytes_per_token) / 1e6, model.num_threads(),
-                (long long)o.input_len, (long long)o.output_len, o.iterations,
+                (long long)o.input_len, (long long)o.output_len, o.iterations, kernel_isa_summary().c_str(),
                 std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.prefill_tokens_per_s,
                 r.prefill_seconds, r.prefill_flops_per_token * r.prefill_tokens_per_s / 1e9,
                 r.matmul_peak_flops / 1e9, model.bf16_activations() ? "bf16" : "f32", 100.0 * r.prefill_roofline_fraction,

@@ -1,8 +1,28 @@
 #include "kernels/cpu_features.h"
 
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+
 namespace kimi {
 
 namespace {
+
+constexpr const char* kCapVariable = "KIMI_MAX_CPU_ISA";
+
+// The cap in effect (read once with the features; an unknown value is reported and ignored).
+std::optional<Isa> read_cap() {
+  const char* v = std::getenv(kCapVariable);
+  if (!v || !*v) return std::nullopt;
+  const std::optional<Isa> cap = parse_isa(v);
+  if (!cap) std::fprintf(stderr, "kimi: ignoring %s=%s (expected scalar, avx2 or avx512)\n", kCapVariable, v);
+  return cap;
+}
+
+const std::optional<Isa>& cap() {
+  static const std::optional<Isa> c = read_cap();
+  return c;
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -27,8 +47,39 @@ CpuFeatures detect() {
 }  // namespace
 
 const CpuFeatures& cpu_features() {
-  static const CpuFeatures features = detect();
+  static const CpuFeatures features = cap() ? capped_features(detect(), *cap()) : detect();
   return features;
+}
+
+std::optional<Isa> parse_isa(std::string_view name) {
+  std::string lower;
+  for (char ch : name) lower += char(std::tolower(static_cast<unsigned char>(ch)));
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (lower == isa_name(isa)) return isa;
+  return std::nullopt;
+}
+
+CpuFeatures capped_features(CpuFeatures f, Isa cap) {
+  if (cap == Isa::Avx512) return f;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vnni = false;
+  if (cap == Isa::Avx2) return f;
+  f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+  return f;
+}
+
+std::string kernel_isa_summary() {
+  const CpuFeatures& f = cpu_features();
+  const Isa isa = best_isa();
+  std::string ext;
+  const auto add = [&](bool on, const char* name) {
+    if (on) ext += std::string(ext.empty() ? "" : ", ") + "+" + name;
+  };
+  add(isa == Isa::Avx512 && f.avx512_bf16, "avx512-bf16");
+  add(isa == Isa::Avx512 && f.avx512_vnni, "avx512-vnni");
+  add(isa == Isa::Avx2 && f.avx_vnni, "avx-vnni");
+  if (cap()) ext += std::string(ext.empty() ? "" : "; ") + kCapVariable + "=" + std::string(isa_name(*cap()));
+  const std::string name(isa_name(isa));
+  return ext.empty() ? name : name + " (" + ext + ")";
 }
 
 bool isa_supported(Isa isa) {
