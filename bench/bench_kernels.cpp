@@ -274,14 +274,15 @@ void BM_ReadBandwidth(benchmark::State& state) {
   ThreadPool pool(bench_threads());
   constexpr size_t kBlock = size_t(1) << 16;  // floats per work item (256 KiB)
   const size_t count = kColdBytes / sizeof(float);
-  auto buf = std::make_unique_for_overwrite<float[]>(count);
+  const LineAlignedFloats storage(count);  // as measure_read_bandwidth's
+  float* const buf = storage.data();
   for (size_t i = 0; i < count; ++i) buf[i] = float(i & 1023);
   const int64_t blocks = int64_t(count / kBlock);
   std::vector<float> partial(static_cast<size_t>(blocks));
   for (auto _ : state) {
     pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk)
-        partial[size_t(blk)] = sum_f32(buf.get() + size_t(blk) * kBlock, int64_t(kBlock));
+        partial[size_t(blk)] = sum_f32(buf + size_t(blk) * kBlock, int64_t(kBlock));
     });
     benchmark::DoNotOptimize(partial.data());
     benchmark::ClobberMemory();

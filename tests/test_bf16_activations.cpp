@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
@@ -126,6 +127,45 @@ TEST(Bf16DotKernel, Avx512Bf16RowRanges) {
           if (r < r0 || r >= r1) {
             ASSERT_EQ(y[size_t(t * rows + r)], 777.0f) << "row " << r << " written";
           }
+    }
+  }
+}
+
+// Decode over a streamed matrix (>= 1 MiB) whose rows start mid-line, as the mapped tensors of a
+// checkpoint do: the kernel loads whole lines and shifts the activations instead. The bytes just
+// before the first row and after the last are NaNs, so a line's bytes outside the rows that reach
+// a product show; every even offset in a line class, 1 to 6 tokens, short and long rows, a share.
+TEST(Bf16DotKernel, StreamedRowsAtAnyLineOffset) {
+  const kernels::Bf16DotRows rows_kernel = kernels::bf16_dot_rows();
+  if (!rows_kernel) GTEST_SKIP() << "this CPU lacks avx512_bf16";
+  Rng rng(19);
+  constexpr uint16_t kNan = 0x7fc0;
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{520, 1024}, {76, 7168}}) {
+    const Bf16Weights dense = make_bf16(rows, cols, rng);
+    for (const int64_t offset : {0, 2, 16, 34, 62}) {  // bytes past a 64-byte line
+      // An aligned buffer with a line of NaNs before the rows and one after them.
+      std::vector<uint16_t> storage(size_t(rows * cols + 128), kNan);
+      const auto misaligned = reinterpret_cast<uintptr_t>(storage.data()) % 64;
+      uint16_t* at = storage.data() + (64 - misaligned) % 64 / 2 + 32 + offset / 2;
+      std::copy(dense.bits.begin(), dense.bits.end(), at);
+      WeightMatrix w = dense.matrix();
+      w.data = at;
+      for (const int64_t n : {1, 2, 6}) {
+        const std::vector<float> x = test::random_floats(size_t(n * cols), rng);
+        std::vector<uint16_t> xb(x.size());
+        kernels::round_to_bf16(x.data(), int64_t(x.size()), xb.data());
+        std::vector<float> y(size_t(n * rows), 777.0f);
+        const int64_t r0 = n == 2 ? 3 : 0, r1 = n == 2 ? rows - 2 : rows;
+        rows_kernel(w, xb.data(), n, y.data(), r0, r1);
+        expect_rounded_reference(dense, x, n, y.data(), r0, r1,
+                                 std::to_string(rows) + "x" + std::to_string(cols) + " at line offset " +
+                                     std::to_string(offset) + " n=" + std::to_string(n));
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = 0; r < rows; ++r)
+            if (r < r0 || r >= r1) {
+              ASSERT_EQ(y[size_t(t * rows + r)], 777.0f) << "row " << r << " written";
+            }
+      }
     }
   }
 }

@@ -32,7 +32,8 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
   const size_t count = std::max<size_t>(kBlock, bytes / sizeof(float));
   // Written once before timing: untouched pages would all map the shared zero page and read
   // from cache, and first-touch page faults would be timed.
-  auto buf = std::make_unique_for_overwrite<float[]>(count);
+  const LineAlignedFloats storage(count);
+  float* const buf = storage.data();
   for (size_t i = 0; i < count; ++i) buf[i] = float(i & 1023);
 
   const int64_t blocks = int64_t((count + kBlock - 1) / kBlock);
@@ -45,7 +46,7 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeats) {
     pool.parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
       for (int64_t blk = b; blk < e; ++blk) {
         const size_t first = size_t(blk) * kBlock;
-        partial[size_t(blk)] = sum_f32(buf.get() + first, int64_t(std::min(kBlock, count - first)));
+        partial[size_t(blk)] = sum_f32(buf + first, int64_t(std::min(kBlock, count - first)));
       }
     });
     const double t = seconds_since(t0);

@@ -2,12 +2,30 @@
 // Measures this machine's limits in the same run as a benchmark, so reported figures can be
 // given as fractions of a roofline rather than as absolute numbers on a noisy shared machine.
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "common/thread_pool.h"
 
 namespace kimi {
+
+// `count` floats starting on a 64-byte line, for read probes: a line-crossing 64-byte load reads
+// two lines, and from a buffer at 16 mod 64 (as malloc hands out) the AVX-512 sum read ~1.3x
+// slower than the AVX2 one on Zen 5, understating what memory delivers
+// (bench/results/2026-12-06-aligned-read-probe.md).
+class LineAlignedFloats {
+ public:
+  explicit LineAlignedFloats(size_t count) : storage_(std::make_unique_for_overwrite<float[]>(count + 16)) {
+    start_ = storage_.get() + (16 - reinterpret_cast<uintptr_t>(storage_.get()) / 4 % 16) % 16;
+  }
+  float* data() const { return start_; }
+
+ private:
+  std::unique_ptr<float[]> storage_;
+  float* start_;
+};
 
 // STREAM-style read bandwidth (bytes/s): sums a buffer of `bytes` (much larger than the caches)
 // with all pool threads, best of `repeats` passes. Reading is what decoding does with weights.

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "kernels/avx512_traits.h"
 #include "kernels/bf16_dot.h"
@@ -28,17 +30,21 @@ constexpr int64_t kBf16PrefetchAhead = 2048;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
-// A tile's operands: rows of w and tokens of x, both of row length (and stride) cols, over the
-// columns [k0, k1); y[t * ldy + r] receives (or, with accumulate, adds) the tile's products.
+// A tile's operands: rows of w (stride cols) and tokens of x (stride ldx) over the columns
+// [k0, k1); y[t * ldy + r] receives (or, with accumulate, adds) the tile's products.
+// lead > 0 (a streamed decode over rows that start lead elements past a 64-byte line): w and k
+// count from the line, x is shifted to match (align_activations), and the first 32 columns'
+// load is masked to the row's own lead..31, so that every weight load is one aligned line.
 struct Tile {
   const uint16_t* w;
   const uint16_t* x;
-  int64_t cols, k0, k1;
+  int64_t cols, ldx, k0, k1;
   float* y;
   int64_t ldy;
   bool accumulate;
   bool prefetch;
   int next_rows;
+  int lead = 0;
 };
 
 // rows x tokens dot products over columns [k0, k1); U independent accumulators per pair keep the
@@ -56,18 +62,28 @@ void tile(const Tile& a) {
     for (int r = 0; r < R; ++r)
       for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
   int64_t k = a.k0;
+  if (a.lead > 0) {  // the line holding the rows' first columns, without the bytes before them
+    const __mmask32 m = ~__mmask32(0) << a.lead;
+    __m512bh xv[T];
+    for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * a.ldx));
+    for (int r = 0; r < R; ++r) {
+      const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w + r * cols));
+      for (int t = 0; t < T; ++t) acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], wv, xv[t]);
+    }
+    k = 32;
+  }
   for (; k + 32 * U <= a.k1; k += 32 * U) {
     for (int u = 0; u < U; ++u) {
       const int64_t kk = k + 32 * u;
       __m512bh xv[T];
-      for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * cols + kk));
+      for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * a.ldx + kk));
       for (int r = 0; r < R; ++r) {
         if (a.prefetch) {
           const int64_t at = kk + kBf16PrefetchAhead;
-          if (at < cols)
+          if (at < a.k1)
             __builtin_prefetch(w + r * cols + at, 0, 3);
           else if (r < a.next_rows)
-            __builtin_prefetch(w + (r + R) * cols + (at - cols), 0, 3);
+            __builtin_prefetch(w + (r + R) * cols + (at - a.k1), 0, 3);
         }
         const __m512bh wv = as_bh(_mm512_loadu_si512(w + r * cols + kk));
         for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv, xv[t]);
@@ -77,7 +93,7 @@ void tile(const Tile& a) {
   for (; k < a.k1; k += 32) {  // the rest, 32 at a time, zero-filled past the range's end
     const __mmask32 m = a.k1 - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (a.k1 - k)) - 1;
     __m512bh xv[T];
-    for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_maskz_loadu_epi16(m, x + t * cols + k));
+    for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_maskz_loadu_epi16(m, x + t * a.ldx + k));
     for (int r = 0; r < R; ++r) {
       const __m512bh wv = as_bh(_mm512_maskz_loadu_epi16(m, w + r * cols + k));
       for (int t = 0; t < T; ++t) acc[0][r][t] = _mm512_dpbf16_ps(acc[0][r][t], wv, xv[t]);
@@ -117,11 +133,52 @@ void dispatch(int rows, int tokens, const Tile& a, std::integer_sequence<int, Rs
          ...);
 }
 
+// Elements by which every row of w starts past a 64-byte line, where that is the same for all rows
+// (a row of a multiple of 64 bytes) and w streams in decode; 0 otherwise. Safetensors aligns
+// tensors to 8 bytes only, so the mapped BF16 matrices of a checkpoint sit anywhere in their
+// lines (k25-int4's at 16-56 mod 64), and then every 64-byte load of a row spans two. Loading the
+// lines themselves: 8192 x 1024 cold 0.8-0.9x the time, k25-int4's BF16 decode phases 0.95-1.0x
+// (bench/results/2026-12-06-aligned-read-probe.md).
+int row_lead(const WeightMatrix& w, int64_t n) {
+  const auto addr = reinterpret_cast<uintptr_t>(w.data);
+  if (n > kTokens || !is_streamed(w) || (w.cols * 2) % 64 != 0 || addr % 2 != 0) return 0;
+  return int(addr % 64 / 2);
+}
+
+// x [n, cols] shifted right by lead elements, zero-filled before and after, into rows of ldx.
+void align_activations(const uint16_t* x, int64_t n, int64_t cols, int lead, int64_t ldx, uint16_t* dst) {
+  for (int64_t t = 0; t < n; ++t) {
+    uint16_t* d = dst + t * ldx;
+    std::fill(d, d + lead, uint16_t(0));
+    std::copy_n(x + t * cols, cols, d + lead);
+    std::fill(d + lead + cols, d + ldx, uint16_t(0));
+  }
+}
+
 void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, float* y, int64_t r0, int64_t r1) {
   const auto* base = static_cast<const uint16_t*>(w.data);
   const int64_t cols = w.cols, ldy = w.rows;
   if (cols == 0) {
     for (int64_t t = 0; t < n; ++t) std::fill(y + t * ldy + r0, y + t * ldy + r1, 0.0f);
+    return;
+  }
+  // Decode over a streamed matrix whose rows start mid-line: loads from the lines themselves.
+  if (const int lead = row_lead(w, n); lead > 0) {
+    const int64_t len = cols + lead, ldx = (len + 31) / 32 * 32;
+    std::vector<uint16_t> shifted(static_cast<size_t>(n * ldx));
+    align_activations(xb, n, cols, lead, ldx, shifted.data());
+    const uint16_t* wl = base - lead;
+    if (n == 1 && cols * 2 <= kShortRowBytes) {
+      for (int64_t r = r0; r < r1; ++r)
+        tile<1, 1, 2>({wl + r * cols, shifted.data(), cols, ldx, 0, len, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0,
+                       lead});
+      return;
+    }
+    for (int64_t r = r0; r < r1; r += kRows)
+      dispatch(int(std::min<int64_t>(kRows, r1 - r)), int(n),
+               {wl + r * cols, shifted.data(), cols, ldx, 0, len, y + r, ldy, false, true,
+                int(std::clamp<int64_t>(r1 - r - kRows, 0, kRows)), lead},
+               std::make_integer_sequence<int, kRows>{});
     return;
   }
   // Decode over short rows of a matrix too large to stay in cache (an expert's down projection):
@@ -130,7 +187,7 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
   // loads and reductions win (512 x 192 hot: 0.6x the time). The f32 kernels draw the same line.
   if (n == 1 && cols * 2 <= kShortRowBytes && is_streamed(w)) {
     for (int64_t r = r0; r < r1; ++r)
-      tile<1, 1, 2>({base + r * cols, xb, cols, 0, cols, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0});
+      tile<1, 1, 2>({base + r * cols, xb, cols, cols, 0, cols, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0});
     return;
   }
   // One token block (decode, verification): one pass over whole rows, streamed from memory, so
@@ -150,7 +207,7 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
         const int tokens = int(std::min<int64_t>(kTokens, n - t0));
         for (int64_t r = rc; r < rc_end; r += kRows)
           dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens,
-                   {base + r * cols, xb + t0 * cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, !gemm,
+                   {base + r * cols, xb + t0 * cols, cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, !gemm,
                     int(std::clamp<int64_t>(rc_end - r - kRows, 0, kRows))},
                    std::make_integer_sequence<int, kRows>{});
       }
