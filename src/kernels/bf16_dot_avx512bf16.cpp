@@ -137,7 +137,7 @@ void dispatch(int rows, int tokens, const Tile& a, std::integer_sequence<int, Rs
 // (a row of a multiple of 64 bytes) and w streams in decode; 0 otherwise. Safetensors aligns
 // tensors to 8 bytes only, so the mapped BF16 matrices of a checkpoint sit anywhere in their
 // lines (k25-int4's at 16-56 mod 64), and then every 64-byte load of a row spans two. Loading the
-// lines themselves: 8192 x 1024 cold 0.8-0.9x the time, k25-int4's BF16 decode phases 0.95-1.0x
+// lines themselves: 8192 x 1024 cold 0.81-0.98x the time, k25-int4's BF16 decode phases 0.95-1.0x
 // (bench/results/2026-12-06-aligned-read-probe.md).
 int row_lead(const WeightMatrix& w, int64_t n) {
   const auto addr = reinterpret_cast<uintptr_t>(w.data);
@@ -167,7 +167,8 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
     const int64_t len = cols + lead, ldx = (len + 31) / 32 * 32;
     std::vector<uint16_t> shifted(static_cast<size_t>(n * ldx));
     align_activations(xb, n, cols, lead, ldx, shifted.data());
-    const uint16_t* wl = base - lead;
+    // The line before each row's start (through an integer: it lies before the tensor itself).
+    const auto* wl = reinterpret_cast<const uint16_t*>(reinterpret_cast<uintptr_t>(base) - 2 * uintptr_t(lead));
     if (n == 1 && cols * 2 <= kShortRowBytes) {
       for (int64_t r = r0; r < r1; ++r)
         tile<1, 1, 2>({wl + r * cols, shifted.data(), cols, ldx, 0, len, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0,
