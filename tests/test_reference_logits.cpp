@@ -147,7 +147,6 @@ TEST_F(ReferenceLogits, NaivePrefillOverManyQueryBlocksMatchesAbsorbed) {
   model_->set_attention_mode(AttentionMode::Absorbed);
   KvCache whole = model_->new_cache(int64_t(ids.size()));
   const std::vector<float> want = forward_sequence(*model_, ids, whole, true);
-  model_->set_attention_mode(AttentionMode::Auto);
   Model chunked_model(dir_->path() / "tiny", ModelOptions{.num_threads = 2,
                                                           .attention_mode = AttentionMode::Naive,
                                                           .attention_expansion_rows = 48});

@@ -162,33 +162,37 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
     for (int64_t t = 0; t < n; ++t) std::fill(y + t * ldy + r0, y + t * ldy + r1, 0.0f);
     return;
   }
-  // Decode over a streamed matrix whose rows start mid-line: loads from the lines themselves.
-  if (const int lead = row_lead(w, n); lead > 0) {
-    const int64_t len = cols + lead, ldx = (len + 31) / 32 * 32;
-    std::vector<uint16_t> shifted(static_cast<size_t>(n * ldx));
+  // Decode over a streamed matrix whose rows start mid-line: loads from the lines themselves, the
+  // rows counted from the line before each (w_rows), x shifted to match (x_rows, ldx long).
+  const int lead = row_lead(w, n);
+  std::vector<uint16_t> shifted;
+  const uint16_t* w_rows = base;
+  const uint16_t* x_rows = xb;
+  int64_t ldx = cols;
+  if (lead > 0) {
+    ldx = (cols + lead + 31) / 32 * 32;
+    shifted.resize(static_cast<size_t>(n * ldx));
     align_activations(xb, n, cols, lead, ldx, shifted.data());
-    // The line before each row's start (through an integer: it lies before the tensor itself).
-    const auto* wl = reinterpret_cast<const uint16_t*>(reinterpret_cast<uintptr_t>(base) - 2 * uintptr_t(lead));
-    if (n == 1 && cols * 2 <= kShortRowBytes) {
-      for (int64_t r = r0; r < r1; ++r)
-        tile<1, 1, 2>({wl + r * cols, shifted.data(), cols, ldx, 0, len, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0,
-                       lead});
-      return;
-    }
-    for (int64_t r = r0; r < r1; r += kRows)
-      dispatch(int(std::min<int64_t>(kRows, r1 - r)), int(n),
-               {wl + r * cols, shifted.data(), cols, ldx, 0, len, y + r, ldy, false, true,
-                int(std::clamp<int64_t>(r1 - r - kRows, 0, kRows)), lead},
-               std::make_integer_sequence<int, kRows>{});
-    return;
+    x_rows = shifted.data();
+    // Through an integer: the line's start lies before the tensor itself.
+    w_rows = reinterpret_cast<const uint16_t*>(reinterpret_cast<uintptr_t>(base) - 2 * uintptr_t(lead));
   }
+  const int64_t len = cols + lead;  // columns of each row as the tiles count them
   // Decode over short rows of a matrix too large to stay in cache (an expert's down projection):
   // one row at a time, so the weights are one sequential stream (four rows a few KiB apart start
   // four: 8192 x 1024 cold 1.5x the time, 16384 x 512 1.85x). From cache the 4-row tile's shared x
   // loads and reductions win (512 x 192 hot: 0.6x the time). The f32 kernels draw the same line.
   if (n == 1 && cols * 2 <= kShortRowBytes && is_streamed(w)) {
     for (int64_t r = r0; r < r1; ++r)
-      tile<1, 1, 2>({base + r * cols, xb, cols, cols, 0, cols, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0});
+      tile<1, 1, 2>({w_rows + r * cols, x_rows, cols, ldx, 0, len, y + r, ldy, false, true, r + 1 < r1 ? 1 : 0, lead});
+    return;
+  }
+  if (lead > 0) {  // the rest of a mid-line decode: one pass of 4-row tiles
+    for (int64_t r = r0; r < r1; r += kRows)
+      dispatch(int(std::min<int64_t>(kRows, r1 - r)), int(n),
+               {w_rows + r * cols, x_rows, cols, ldx, 0, len, y + r, ldy, false, true,
+                int(std::clamp<int64_t>(r1 - r - kRows, 0, kRows)), lead},
+               std::make_integer_sequence<int, kRows>{});
     return;
   }
   // One token block (decode, verification): one pass over whole rows, streamed from memory, so
