@@ -45,7 +45,7 @@ int run_latency(int argc, char** argv) {
         "of their figures and ratios over the first, timed alternately in the same run; so do\n"
         "several --kv-cache-dtype values (e.g. float32,bfloat16,fp8), with the KV bytes per token,\n"
         "and several --dtype values (float32,bfloat16: the activations of the BF16 and W4A16 linears\n"
-        "rounded to bf16).\n"
+        "rounded to bf16; the default, auto, is what kimi serve runs: see README).\n"
         "--breakdown (one variant) then times one more run's decode steps per layer and phase\n"
         "(attention, router, routed experts, shared expert, dense MLP, lm_head) with the bytes each\n"
         "reads, and extrapolates decode to Kimi-K2.5's 61 layers against the measured bandwidth;\n"
@@ -77,8 +77,8 @@ int run_latency(int argc, char** argv) {
   };
   const std::vector<std::string> quantizations = split(a.get("quantization", ""));
   std::vector<std::string> dtypes = split(a.get("dtype", ""));
-  if (dtypes.empty()) dtypes.push_back("float32");
-  for (const std::string& d : dtypes) QuantizationRequest::parse_bf16_activations(d);  // refused before any loading
+  if (dtypes.empty()) dtypes.push_back("auto");  // as kimi serve
+  for (const std::string& d : dtypes) QuantizationRequest::parse_activation_dtype(d);  // refused before any loading
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if ((a.has("batch") || a.has("step-tokens")) && !a.has("breakdown"))
@@ -161,7 +161,7 @@ int run_latency(int argc, char** argv) {
       mo.quantization = QuantizationRequest::parse(q, dt);
       models.push_back(std::make_unique<Model>(a.require("model"), mo));
       std::string weights = q.empty() || q == "none" ? "float" : q;
-      if (dtypes.size() > 1) weights += mo.quantization.bf16_activations ? " bf16-act" : " f32-act";
+      if (dtypes.size() > 1) weights += models.back()->bf16_activations() ? " bf16-act" : " f32-act";
       for (const std::string& d : kv_dtypes) {
         const KvCacheDtype kv = parse_kv_cache_dtype(d);
         const std::string label = kv_dtypes.size() == 1 ? weights

@@ -60,7 +60,8 @@ int run_perplexity(int argc, char** argv) {
         "                       [--quantization Q[,Q...]]    (none (default), int4, w4a16, w4a8, w8a8,\n"
         "                                                      compressed-tensors, ascend)\n"
         "                       [--dtype D[,D...]]           (float32 (default), bfloat16: the BF16 and W4A16\n"
-        "                                                      linears' activations rounded to bf16)\n"
+        "                                                      linears' activations rounded to bf16; auto:\n"
+        "                                                      as kimi serve, see README)\n"
         "                       [--kv-cache-dtype D[,D...]]  (float32 (default), auto, bfloat16, fp8)\n\n"
         "Perplexity of the model over the text, as llama.cpp's llama-perplexity computes it: the\n"
         "file is tokenized as plain text (no BOS added, special-token text not parsed) and cut into\n"
@@ -92,7 +93,7 @@ int run_perplexity(int argc, char** argv) {
   for (const std::string& q : quants) QuantizationRequest::parse(q);
   std::vector<std::string> dtypes = split_list(a.get("dtype", "float32"));
   if (dtypes.empty()) dtypes.push_back("float32");
-  for (const std::string& d : dtypes) QuantizationRequest::parse_bf16_activations(d);
+  for (const std::string& d : dtypes) QuantizationRequest::parse_activation_dtype(d);
 
   const std::string text = read_file(path);
   if (text.empty()) throw Error("--file " + path + " is empty");
@@ -122,8 +123,8 @@ int run_perplexity(int argc, char** argv) {
   for (const std::string& q : quants) {
     for (const std::string& d : dtypes) {
       mo.quantization = QuantizationRequest::parse(q, d);
-      const std::string weights = dtypes.size() > 1 ? q + (mo.quantization.bf16_activations ? " bf16-act" : " f32-act") : q;
       Model model(dir, mo);  // one loading at a time: the previous one is released first
+      const std::string weights = dtypes.size() > 1 ? q + (model.bf16_activations() ? " bf16-act" : " f32-act") : q;
       storage.push_back(weights + ": " + model.weights().storage);
       for (const KvCacheDtype kv : kvs) {
         po.kv_cache_dtype = kv;

@@ -155,6 +155,10 @@ int run_serve(int argc, char** argv) {
     launch.run_worker(model, kv_cache_budget_bytes(ec));
     return 0;
   }
+  // What --quantization and --dtype came to (auto is decided at load): vLLM logs its dtype too.
+  std::fprintf(stderr, "weights: %s; %s activations (--dtype %s)\n", model.weights().storage.c_str(),
+               model.bf16_activations() ? "bfloat16" : "float32",
+               std::string(activation_dtype_name(mo.quantization.activations)).c_str());
   const Tokenizer tokenizer = Tokenizer::load(dir);
 
   ec.scheduler.max_model_len = a.get_int("max-model-len", 0);

@@ -58,6 +58,19 @@ TEST(ModelConfig, ParsesFlatDeepseekV3Form) {
   EXPECT_EQ(c.kv_lora_rank, 512);
 }
 
+// The published dtype: text_config's torch_dtype first, then the file's (newer transformers
+// write "dtype"), empty when neither says.
+TEST(ModelConfig, ReadsTheCheckpointDtype) {
+  nlohmann::json text = kimi_k25_text_config();
+  EXPECT_EQ(ModelConfig::from_json(text).torch_dtype, "");
+  nlohmann::json root = {{"text_config", text}, {"dtype", "bfloat16"}};
+  EXPECT_EQ(ModelConfig::from_json(root).torch_dtype, "bfloat16");
+  root["text_config"]["torch_dtype"] = "float32";
+  EXPECT_EQ(ModelConfig::from_json(root).torch_dtype, "float32");
+  text["dtype"] = "float16";
+  EXPECT_EQ(ModelConfig::from_json(text).torch_dtype, "float16");
+}
+
 TEST(ModelConfig, AcceptsRopeTypeSpellingAndNullQLora) {
   nlohmann::json j = kimi_k25_text_config();
   j["rope_scaling"].erase("type");

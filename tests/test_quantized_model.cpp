@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "format/quantization_config.h"
 #include "format/safetensors.h"
+#include "kernels/cpu_features.h"
 #include "kernels/quantize.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -263,7 +264,7 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   const auto int4_dir = make(d, "int4");
   ModelOptions o;
   o.num_threads = 1;
-  o.quantization.bf16_activations = true;
+  o.quantization.activations = ActivationDtype::BFloat16;
   Model m(int4_dir, o);
   EXPECT_EQ(m.weights().layers[1].attn.o.act_quant, ActivationQuant::Bf16);
   EXPECT_EQ(m.weights().lm_head.act_quant, ActivationQuant::Bf16);
@@ -275,7 +276,7 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   // The INT4 model's logits move by the activations' rounding only.
   {
     ModelOptions f32_acts = o;
-    f32_acts.quantization.bf16_activations = false;
+    f32_acts.quantization.activations = ActivationDtype::Float32;
     Model im(int4_dir, f32_acts);
     KvCache c32 = im.new_cache(int64_t(kPrompt.size())), c16 = m.new_cache(int64_t(kPrompt.size()));
     const std::vector<float> want = forward_sequence(im, kPrompt, c32, /*all_logits=*/true);
@@ -293,11 +294,53 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   EXPECT_GT(e, 1e-6) << "bf16 activations changed nothing";
   std::printf("[ quantized ] bf16 act      RMS logit error / RMS logit = %.4f\n", e);
 
-  EXPECT_FALSE(QuantizationRequest::parse_bf16_activations("auto"));
-  EXPECT_FALSE(QuantizationRequest::parse_bf16_activations("float32"));
-  EXPECT_TRUE(QuantizationRequest::parse_bf16_activations("BFloat16"));
-  EXPECT_THROW(QuantizationRequest::parse_bf16_activations("float16"), Error);
-  EXPECT_THROW(QuantizationRequest::parse_bf16_activations("int8"), Error);
+  EXPECT_EQ(QuantizationRequest::parse_activation_dtype("auto"), ActivationDtype::Auto);
+  EXPECT_EQ(QuantizationRequest::parse_activation_dtype(""), ActivationDtype::Auto);
+  EXPECT_EQ(QuantizationRequest::parse_activation_dtype("float32"), ActivationDtype::Float32);
+  EXPECT_EQ(QuantizationRequest::parse_activation_dtype("BFloat16"), ActivationDtype::BFloat16);
+  EXPECT_THROW(QuantizationRequest::parse_activation_dtype("float16"), Error);
+  EXPECT_THROW(QuantizationRequest::parse_activation_dtype("int8"), Error);
+}
+
+// `--dtype auto` follows the checkpoint's torch_dtype where the CPU multiplies bf16 natively, and
+// stays f32 otherwise; an explicit dtype is never overridden.
+TEST(QuantizedModel, AutoDtypeFollowsCheckpointWhereBf16IsNative) {
+  ModelConfig bf16_ckpt, f32_ckpt, unsaid;
+  bf16_ckpt.torch_dtype = "bfloat16";
+  f32_ckpt.torch_dtype = "float32";
+  const auto resolve = [](const std::string& dtype, const ModelConfig& c, bool native) {
+    return QuantizationRequest::parse("", dtype).resolved_for(c, native).activations;
+  };
+  EXPECT_EQ(resolve("auto", bf16_ckpt, true), ActivationDtype::BFloat16);
+  EXPECT_EQ(resolve("auto", bf16_ckpt, false), ActivationDtype::Float32);
+  EXPECT_EQ(resolve("auto", f32_ckpt, true), ActivationDtype::Float32);
+  EXPECT_EQ(resolve("auto", unsaid, true), ActivationDtype::Float32);
+  EXPECT_EQ(resolve("float32", bf16_ckpt, true), ActivationDtype::Float32);
+  EXPECT_EQ(resolve("bfloat16", f32_ckpt, false), ActivationDtype::BFloat16);
+
+  // Loaded: the model and its weights agree on what auto became on this CPU (run again under
+  // KIMI_MAX_CPU_ISA=avx2 by ctest, where it must be f32).
+  test::TempDir d;
+  const auto int4_dir = make(d, "int4");
+  ModelOptions o;
+  o.num_threads = 1;
+  o.quantization = QuantizationRequest::parse("", "auto");
+  const bool native = cpu_features().avx512_bf16;
+  {
+    Model m(int4_dir, o);
+    EXPECT_EQ(m.config().torch_dtype, "bfloat16");
+    EXPECT_EQ(m.bf16_activations(), native);
+    EXPECT_EQ(m.weights().lm_head.act_quant, native ? ActivationQuant::Bf16 : ActivationQuant::None);
+    EXPECT_EQ(expert_up(m, 1, 5).act_quant, native ? ActivationQuant::Bf16 : ActivationQuant::None);
+  }
+  // A float32 checkpoint stays f32 everywhere.
+  MakeModelOptions f32;
+  f32.dtype = DType::F32;
+  const auto f32_dir = test::make_tiny_model(d, "f32", f32);
+  Model m(f32_dir, o);
+  EXPECT_EQ(m.config().torch_dtype, "float32");
+  EXPECT_FALSE(m.bf16_activations());
+  EXPECT_EQ(m.weights().lm_head.act_quant, ActivationQuant::None);
 }
 
 TEST(QuantizedModel, AsymmetricGroupUsesItsZeroPoints) {

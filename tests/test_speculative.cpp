@@ -180,7 +180,7 @@ TEST_F(SpeculativeTest, ABf16CacheNarrowsTheDraftsRowsAndChangesNoToken) {
 // tokens are still exactly the (bf16-activation) target's own, and the draft is still accepted.
 TEST_F(SpeculativeTest, Bf16ActivationsChangeNoTokenOfTheirTarget) {
   ModelOptions o;
-  o.quantization.bf16_activations = true;
+  o.quantization.activations = ActivationDtype::BFloat16;
   Model bf16(test::mini_model_dir(), o);
   const auto ps = prompts();
   Engine plain(bf16, nullptr, config(""));

@@ -16,15 +16,16 @@
 // weights leave close logits and close MoE routing scores, so BF16 tokens may diverge).
 // --check: exit 1 unless every generated token agrees in the exact comparison (--gguf-f32 when
 // given, else --gguf); it fetches llama.cpp's logits so that a divergence reports the margin.
-// --kimi-dtype: kimi's --dtype (bfloat16: its BF16 linears round activations to bf16 too, the
-// precision llama.cpp's BF16 matmul computes at).
+// --kimi-dtype: kimi's --dtype (default float32, whose tokens the exact comparison can hold to;
+// bfloat16: its BF16 linears round activations to bf16 too, the precision llama.cpp's BF16 matmul
+// computes at; auto: what kimi serve runs, bfloat16 for a BF16 checkpoint on AVX512_BF16 CPUs).
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
 function parseArgs(argv) {
-  const o = { threads: 2, prompts: 3, "prompt-len": 32, gen: 16, seed: 1, check: false, label: "", "kimi-dtype": "" };
+  const o = { threads: 2, prompts: 3, "prompt-len": 32, gen: 16, seed: 1, check: false, label: "", "kimi-dtype": "float32" };
   for (let i = 0; i < argv.length; ++i) {
     const k = argv[i].replace(/^--/, "");
     if (k === "check") o.check = true;

@@ -22,7 +22,7 @@
 #   --prompts/--prompt-len/--gen  K prompts of P ids, G generated tokens each (default 3 x 128
 #               ids, 64 tokens; 3 x 32 ids, 16 tokens on tiny)
 #   --kimi-dtype  kimi's --dtype (bfloat16: activations rounded to bf16 in its BF16 linears, as
-#               llama.cpp's BF16 matmul does; default: kimi's float32 activations)
+#               llama.cpp's BF16 matmul does; auto: what kimi serve runs; default: float32)
 #   --check     exit 1 unless every greedy token agrees in the exact (F32) comparison (the ctest
 #               llama_cpp_parity runs --preset tiny --dtype f32 --threads 1 --check)
 # Exits 77 when the npm packages cannot be installed (no registry) or the platform has no

@@ -147,6 +147,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& root, const std::string
   if (text->contains("quantization_config")) c.quantization_config = (*text)["quantization_config"];
   else if (root.contains("quantization_config")) c.quantization_config = root["quantization_config"];
 
+  for (const nlohmann::json* level : {text, &root})
+    for (const char* key : {"torch_dtype", "dtype"})
+      if (c.torch_dtype.empty() && level->contains(key) && (*level)[key].is_string())
+        c.torch_dtype = (*level)[key].get<std::string>();
+
   if (c.eos_token_id >= 0) c.eos_token_ids.push_back(c.eos_token_id);
   c.validate(r.source());
   return c;

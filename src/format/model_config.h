@@ -67,6 +67,9 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   int64_t num_nextn_predict_layers = 0;
   nlohmann::json quantization_config;   // null when the weights are unquantized
+  // The dtype the checkpoint was published in ("bfloat16", "float16", "float32"): text_config's
+  // or the file's torch_dtype, or "dtype" as newer transformers write it; empty when none says.
+  std::string torch_dtype;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe_layer(int64_t layer) const {

@@ -142,7 +142,7 @@ Eagle3Draft::Eagle3Draft(const std::filesystem::path& dir, const ModelConfig& ta
   const Checkpoint& ck = *checkpoint_;
   const ModelConfig float_weights;  // no quantization_config: the draft is stored in float
   QuantizationRequest request;  // stored as is (float); only the activations follow the target
-  request.bf16_activations = bf16_activations;
+  request.activations = bf16_activations ? ActivationDtype::BFloat16 : ActivationDtype::Float32;
   WeightBinder bind(ck, float_weights, request);
   const int64_t H = c.hidden_size, T = c.target_hidden_size, hd = c.head_dim;
   const int64_t qd = c.num_attention_heads * hd;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "model/moe.h"
@@ -11,18 +12,28 @@
 
 namespace kimi {
 
+namespace {
+
+// --dtype auto decided once, here, so the weights and everything asking bf16_activations() agree.
+ModelOptions with_resolved_dtype(ModelOptions o, const ModelConfig& c) {
+  o.quantization = o.quantization.resolved_for(c);
+  return o;
+}
+
+}  // namespace
+
 Model::Model(const std::filesystem::path& dir, ModelOptions options)
     : dir_(dir),
       config_(ModelConfig::load(dir)),
-      options_(options),
-      attention_config_(TensorParallel{options.tensor_parallel.get()}.attention_shard(config_)),
+      options_(with_resolved_dtype(std::move(options), config_)),
+      attention_config_(TensorParallel{options_.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
-      weights_(load_weights(*checkpoint_, config_, options.quantization,
-                            TensorParallel{options.tensor_parallel.get(), options.expert_parallel,
-                                           options.data_parallel.get(), options.expert_group.get(),
-                                           options.moe_exchange})),
+      weights_(load_weights(*checkpoint_, config_, options_.quantization,
+                            TensorParallel{options_.tensor_parallel.get(), options_.expert_parallel,
+                                           options_.data_parallel.get(), options_.expert_group.get(),
+                                           options_.moe_exchange})),
       rope_(config_),
-      pool_(options.num_threads) {}
+      pool_(options_.num_threads) {}
 
 namespace {
 

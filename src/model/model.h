@@ -109,7 +109,7 @@ class Model {
   uint64_t steps_begun() const { return steps_begun_; }
   bool data_parallel() const { return options_.data_parallel && options_.data_parallel->size() > 1; }
   // `--dtype bfloat16`: the BF16 linears take bf16 activations (a draft model follows suit).
-  bool bf16_activations() const { return options_.quantization.bf16_activations; }
+  bool bf16_activations() const { return options_.quantization.bf16_activations(); }
 
  private:
   std::filesystem::path dir_;

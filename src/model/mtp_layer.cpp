@@ -47,7 +47,7 @@ MtpLayer::MtpLayer(const std::filesystem::path& dir, const ModelConfig& target, 
     throw Error(dir.string() + ": config says num_nextn_predict_layers " + std::to_string(c.num_nextn_predict_layers) +
                 " but the checkpoint has no '" + enorm_name + "' (no MTP layer weights)");
   QuantizationRequest request;  // stored as is (float); only the activations follow the target
-  request.bf16_activations = bf16_activations;
+  request.activations = bf16_activations ? ActivationDtype::BFloat16 : ActivationDtype::Float32;
   WeightBinder bind(ck, c, request);
   enorm_ = bind.vector(enorm_name, H);
   hnorm_ = bind.vector(layer_tensor(c, layer_, "hnorm.weight"), H);

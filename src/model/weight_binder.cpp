@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "kernels/cpu_features.h"
 #include "kernels/quantize.h"
 
 namespace kimi {
@@ -53,21 +54,43 @@ QuantizationRequest QuantizationRequest::parse(const std::string& value) {
 
 QuantizationRequest QuantizationRequest::parse(const std::string& quantization, const std::string& dtype) {
   QuantizationRequest r = parse(quantization);
-  r.bf16_activations = parse_bf16_activations(dtype);
+  r.activations = parse_activation_dtype(dtype);
   return r;
 }
 
-bool QuantizationRequest::parse_bf16_activations(const std::string& dtype) {
+ActivationDtype QuantizationRequest::parse_activation_dtype(const std::string& dtype) {
   const std::string v = lower(dtype);
-  if (v.empty() || v == "auto" || v == "float32" || v == "float") return false;
-  if (v == "bfloat16") return true;
+  if (v.empty() || v == "auto") return ActivationDtype::Auto;
+  if (v == "float32" || v == "float") return ActivationDtype::Float32;
+  if (v == "bfloat16") return ActivationDtype::BFloat16;
   if (v == "float16" || v == "half")
     throw Error("--dtype " + dtype + ": kimi computes with float32 or bfloat16 activations, not float16");
   throw Error("--dtype " + dtype + ": expected auto, float32 or bfloat16");
 }
 
+QuantizationRequest QuantizationRequest::resolved_for(const ModelConfig& config, bool cpu_has_bf16_dot) const {
+  QuantizationRequest r = *this;
+  if (r.activations == ActivationDtype::Auto)
+    r.activations = config.torch_dtype == "bfloat16" && cpu_has_bf16_dot ? ActivationDtype::BFloat16
+                                                                         : ActivationDtype::Float32;
+  return r;
+}
+
+QuantizationRequest QuantizationRequest::resolved_for(const ModelConfig& config) const {
+  return resolved_for(config, cpu_features().avx512_bf16);
+}
+
+std::string_view activation_dtype_name(ActivationDtype d) {
+  switch (d) {
+    case ActivationDtype::Auto: return "auto";
+    case ActivationDtype::Float32: return "float32";
+    case ActivationDtype::BFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
 WeightBinder::WeightBinder(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& request)
-    : ckpt_(ckpt), request_(request) {
+    : ckpt_(ckpt), request_(request.resolved_for(config)) {
   const std::string source = (ckpt.dir() / "config.json").string();
   if (!config.quantization_config.is_null()) ct_ = CompressedTensorsConfig::parse(config.quantization_config, source);
   slim_ = ModelSlimDescription::load(ckpt.dir());
@@ -287,7 +310,7 @@ WeightMatrix WeightBinder::linear(const std::string& module, int64_t rows, int64
 }
 
 WeightMatrix WeightBinder::with_bf16_activations(WeightMatrix w) {
-  if (!request_.bf16_activations || w.act_quant != ActivationQuant::None) return w;
+  if (!request_.bf16_activations() || w.act_quant != ActivationQuant::None) return w;
   if (w.format == WeightFormat::Int4Group) {
     w.act_quant = ActivationQuant::Bf16;
     ++int4_bf16_activation_linears_;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -19,7 +20,11 @@
 
 namespace kimi {
 
-// What `--quantization` asked for.
+// `--dtype`: the activations of the float and W4A16 linears.
+enum class ActivationDtype { Auto, Float32, BFloat16 };
+std::string_view activation_dtype_name(ActivationDtype d);  // "auto", "float32", "bfloat16"
+
+// What `--quantization` and `--dtype` asked for.
 struct QuantizationRequest {
   // None: load as stored. Otherwise float linears are quantized on load per linear_quant(), and
   // stored integer weights keep their format but take the preset's activation mode (an INT4
@@ -27,19 +32,28 @@ struct QuantizationRequest {
   QuantPreset preset = QuantPreset::None;
   // "compressed-tensors" or "ascend": the checkpoint must be stored that way (vLLM's spelling).
   std::string expect_method;
-  // `--dtype bfloat16`: the linears that stay BF16 round their activations to bf16
+  // `--dtype`. BFloat16: the linears that stay BF16 round their activations to bf16
   // (ActivationQuant::Bf16; products exact, sums f32), as vLLM's bfloat16 and llama.cpp's BF16
   // matmuls do; twice the multiply rate on AVX512_BF16 CPUs. So do INT4 linears with float
   // activations (W4A16, whose A16 is vLLM's bf16); int8-activation linears keep theirs.
-  bool bf16_activations = false;
+  // Auto is resolved at load (resolved_for), so the binder and the model only see the other two.
+  ActivationDtype activations = ActivationDtype::Float32;
+  bool bf16_activations() const { return activations == ActivationDtype::BFloat16; }
 
   // Parses vLLM-style values: "" / "none", "compressed-tensors", "ascend", int4, w4a16, w4a8, w8a8.
   static QuantizationRequest parse(const std::string& value);
-  // Both flags at once: `--quantization` as above and `--dtype` (parse_bf16_activations).
+  // Both flags at once: `--quantization` as above and `--dtype` (parse_activation_dtype).
   static QuantizationRequest parse(const std::string& quantization, const std::string& dtype);
-  // `--dtype`: "" / "auto" / "float32" / "float" -> f32 activations (kimi's default: vLLM's auto
-  // would follow the checkpoint's bfloat16), "bfloat16" -> bf16; float16 / half are refused.
-  static bool parse_bf16_activations(const std::string& dtype);
+  // `--dtype`: "" / "auto" -> Auto, "float32" / "float" -> Float32, "bfloat16" -> BFloat16;
+  // float16 / half are refused (kimi has no f16 activation kernels).
+  static ActivationDtype parse_activation_dtype(const std::string& dtype);
+  // This request with Auto replaced: bf16 where the checkpoint's dtype (config.json's
+  // torch_dtype) is bfloat16, as vLLM's auto follows it, and the CPU multiplies bf16 natively
+  // (AVX512_BF16); f32 otherwise, where bf16 activations would be widened back to f32 by the
+  // kernels and only cost accuracy.
+  QuantizationRequest resolved_for(const ModelConfig& config, bool cpu_has_bf16_dot) const;
+  // The same against this process's CPU (cpu_features(), KIMI_MAX_CPU_ISA applied).
+  QuantizationRequest resolved_for(const ModelConfig& config) const;
 };
 
 // Buffers that outlive the binder: ModelWeights keeps them beside the matrices pointing into them.

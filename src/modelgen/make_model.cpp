@@ -57,7 +57,7 @@ nlohmann::json full_config(const nlohmann::json& text, CheckpointForm form) {
           {"tie_word_embeddings", false},
           {"use_unified_vision_chunk", true},
           {"video_placeholder", "<|kimi_k25_video_placeholder|>"},
-          {"dtype", "bfloat16"}};
+          {"dtype", text["torch_dtype"]}};
 }
 
 void write_json(const std::filesystem::path& path, const nlohmann::json& j) {
@@ -121,6 +121,8 @@ nlohmann::json make_model_text_config(const MakeModelOptions& o) {
   }
   if (o.mtp_layers < 0) throw Error("make-model: --mtp-layers must be 0 or more");
   text["num_nextn_predict_layers"] = o.mtp_layers;
+  // What the weights are stored in: `--dtype auto` of the loader follows it.
+  text["torch_dtype"] = o.dtype == DType::F32 ? "float32" : o.dtype == DType::F16 ? "float16" : "bfloat16";
   return text;
 }
 
