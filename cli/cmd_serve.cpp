@@ -156,8 +156,8 @@ int run_serve(int argc, char** argv) {
     return 0;
   }
   // What --quantization and --dtype came to (auto is decided at load): vLLM logs its dtype too.
-  std::fprintf(stderr, "weights: %s; %s activations (--dtype %s)\n", model.weights().storage.c_str(),
-               model.bf16_activations() ? "bfloat16" : "float32",
+  std::fprintf(stderr, "weights: %s; %s (--dtype %s)\n", model.weights().storage.c_str(),
+               describe(model.activation_plan()).c_str(),
                std::string(activation_dtype_name(mo.quantization.activations)).c_str());
   const Tokenizer tokenizer = Tokenizer::load(dir);
 

@@ -18,6 +18,7 @@
 #include "kernels/bf16_dot.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/quant_kernels.h"
 #include "kernels/quantize.h"
 #include "isa_test.h"
 #include "test_util.h"
@@ -61,17 +62,26 @@ Int4Weights make_int4(int64_t rows, int64_t cols, int64_t group, bool f32_scales
   return w;
 }
 
-// y[t, r] against sum_k bf16(x[t, k]) * dequantised w[r, k] in double, within f32 summation rounding.
+// y[t, r] against sum_k bf16(x[t, k]) * dequantised w[r, k] in double, within f32 summation rounding;
+// int16: x quantized per block of 64 instead (the 8-lane kernels, kernels::int4_word16_layout).
 void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x, int64_t n, const float* y,
-                              int64_t r0, int64_t r1, const std::string& where) {
+                              int64_t r0, int64_t r1, const std::string& where, bool int16 = false) {
   const WeightMatrix w = iw.matrix();
   std::vector<float> row(size_t(w.cols));
+  std::vector<double> xr(size_t(n * w.cols));
+  for (int64_t t = 0; t < n; ++t) {
+    const std::vector<double> q = test::int16_block_values(x.data() + t * w.cols, w.cols);
+    for (int64_t k = 0; k < w.cols; ++k) {
+      const float v = x[size_t(t * w.cols + k)];
+      xr[size_t(t * w.cols + k)] = int16 ? q[size_t(k)] : double(bf16_to_f32(f32_to_bf16(v)));
+    }
+  }
   for (int64_t r = r0; r < r1; ++r) {
     dequantize_row(w, r, row.data());
     for (int64_t t = 0; t < n; ++t) {
       double want = 0, mag = 0;
       for (int64_t k = 0; k < w.cols; ++k) {
-        const double term = double(bf16_to_f32(f32_to_bf16(x[size_t(t * w.cols + k)]))) * double(row[size_t(k)]);
+        const double term = xr[size_t(t * w.cols + k)] * double(row[size_t(k)]);
         want += term;
         mag += std::abs(term);
       }
@@ -81,7 +91,13 @@ void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x
   }
 }
 
-class Int4Bf16ActivationsIsa : public test::IsaTest {};
+class Int4Bf16ActivationsIsa : public test::IsaTest {
+ protected:
+  // Whether this ISA's matmul quantizes w's 16-bit activations to int16 rather than rounding them.
+  bool takes_int16(const WeightMatrix& w) const {
+    return GetParam() == Isa::Avx2 && kernels::int4_word16_layout(w, 8);
+  }
+};
 
 // Rows around the 4-row tile, tokens around the 2-token tile, inputs in whole and partial blocks
 // of 128, every group layout the kernel takes (32, 64, 128, 256, one per row) and one it does not
@@ -107,13 +123,16 @@ TEST_P(Int4Bf16ActivationsIsa, MatmulMatchesRoundedReference) {
         expect_rounded_reference(w, x, n, y.data(), 0, rows,
                                  "[" + std::to_string(rows) + "x" + std::to_string(sh.cols) + "] G=" +
                                      std::to_string(sh.group) + (f32_scales ? " f32 scales" : "") +
-                                     (asymmetric ? " asymmetric" : "") + " n=" + std::to_string(n));
+                                     (asymmetric ? " asymmetric" : "") + " n=" + std::to_string(n),
+                                 takes_int16(w.matrix()));
       }
 }
 
 // The activations really are rounded: 1 + 2^-10 is no bf16 (it rounds to 1), and 1 + 2^-8 lies
-// halfway between 1 and 1 + 2^-7 (it rounds to the even 1); f32 activations keep both.
-TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
+// halfway between 1 and 1 + 2^-7 (it rounds to the even 1); f32 activations keep both. The 8-lane
+// kernels' int16 keeps both (each is its block's largest input), and loses an input below half a
+// step (1/65534) of its block's largest, which bf16 would keep.
+TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivations) {
   ThreadPool pool(1);
   Int4Weights iw{1, 160, 32, std::vector<uint8_t>(80, 0x99), {}, std::vector<uint16_t>(5, f32_to_bf16(1.0f)), {}};
   WeightMatrix w = iw.matrix();  // every weight (9 - 8) * 1 = 1
@@ -126,7 +145,16 @@ TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivationsToNearestEven) {
   EXPECT_EQ(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8)) << "f32 activations";
   w.act_quant = ActivationQuant::Bf16;
   matmul(pool, w, x.data(), 1, &y, GetParam());
-  EXPECT_EQ(y, 2.0f) << "bf16 activations";
+  if (!takes_int16(w)) {
+    EXPECT_EQ(y, 2.0f) << "bf16 activations";
+    return;
+  }
+  EXPECT_NEAR(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8), 1e-6) << "int16 activations";
+  x[4] = std::ldexp(1.0f, -17);  // 2^-17 < (1 + 2^-10) / 65534: rounds to 0 in its block
+  x[100] = std::ldexp(1.0f, -17);  // alone in its block: kept
+  matmul(pool, w, x.data(), 1, &y, GetParam());
+  EXPECT_NEAR(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -17), 1e-6);
+  EXPECT_GT(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -18)) << "x[100] lost";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, test::all_isas(), test::isa_param_name);

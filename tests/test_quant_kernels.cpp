@@ -20,6 +20,7 @@
 #include "kernels/matmul.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quantize.h"
+#include "test_util.h"
 
 namespace kimi {
 namespace {
@@ -141,6 +142,8 @@ std::vector<double> reference(const QuantWeights& q, const std::vector<float>& x
       const float scale = absmax / 127.0f, inv = 1.0f / scale;
       for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = std::nearbyint(xt[i] * inv);
       xs = scale;
+    } else if (c.act == ActivationQuant::Bf16) {  // the 8-lane kernels' int16 (int4_word16_layout)
+      xd = test::int16_block_values(xt, c.cols);
     } else {
       for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = xt[i];
     }
@@ -319,6 +322,49 @@ TEST_P(QuantKernelsIsa, Int4WordLayoutEdges) {
     q = make_quant_values(std::move(q));
     std::vector<float> x = random_x(c.cols, rng);
     for (auto& v : x) v *= 1e4f;
+    std::vector<double> mag;
+    const std::vector<double> want = reference(q, x, 1, mag);
+    const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " at " << i;
+  }
+}
+
+// int4 x 16-bit activations on the 8-lane variants (int4_word16_layout: int16 per block of 64
+// inputs): every group mode with half and partial last blocks, both scale dtypes, token counts
+// around the GEMM tile, matrices large enough to stream (one row at a time), all-15 / all-0
+// nibbles with large activations (the int32 sums' extremes), and a block whose inputs span 2^20.
+TEST_P(QuantKernelsIsa, Int4Int16Activations) {
+  if (kernels::quant_kernels_for(GetParam()).lanes != 8) GTEST_SKIP() << "a 16-lane variant: bf16 products";
+  ThreadPool pool(2);
+  Rng rng(31);
+  const std::pair<int64_t, int64_t> shapes[] = {{8, 8},     {40, 40},  {32, 32},   {96, 32},   {160, 32},
+                                                {64, 64},   {128, 64}, {192, 64},  {256, 128}, {384, 192},
+                                                {2048, 32}, {640, 640}};
+  for (const auto& [cols, group] : shapes)
+    for (DType sd : {DType::BF16, DType::F32}) {
+      const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Bf16, sd, false, 7, cols, group};
+      ASSERT_TRUE(kernels::int4_word16_layout(make_quant(c, rng).matrix(), 8)) << describe(c, 1);
+      const QuantWeights q = make_quant(c, rng);
+      for (int64_t n : {1, 3, 4, 7}) {
+        expect_matches_reference(pool, GetParam(), q, n, rng);
+        if (HasFatalFailure()) return;
+      }
+    }
+  for (const QuantCase& c : {QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 301, 7168, 32},
+                             QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::F32, false, 599, 4096, 64}}) {
+    const QuantWeights q = make_quant(c, rng);
+    ASSERT_GE(q.matrix().bytes(), size_t(1) << 20) << describe(c, 1);
+    expect_matches_reference(pool, GetParam(), q, 1, rng);
+    if (HasFatalFailure()) return;
+  }
+  for (uint8_t fill : {uint8_t(0xFF), uint8_t(0x00), uint8_t(0x8F)}) {
+    const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::F32, false, 3, 256, 32};
+    QuantWeights q = make_quant(c, rng);
+    std::fill(q.data.begin(), q.data.end(), fill);
+    q = make_quant_values(std::move(q));
+    std::vector<float> x = random_x(c.cols, rng);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0 ? -3e4f : 3e4f) * std::ldexp(1.0f, -int(i % 21));
     std::vector<double> mag;
     const std::vector<double> want = reference(q, x, 1, mag);
     const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);

@@ -271,7 +271,7 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   EXPECT_EQ(m.weights().layers[1].attn.kv_b.act_quant, ActivationQuant::None);
   EXPECT_EQ(expert_up(m, 1, 5).act_quant, ActivationQuant::Bf16);  // int4 (W4A16): bf16 too
   EXPECT_NE(m.weights().storage.find("BF16 linears with bf16 activations"), std::string::npos) << m.weights().storage;
-  EXPECT_NE(m.weights().storage.find("INT4 linears with bf16 activations"), std::string::npos) << m.weights().storage;
+  EXPECT_NE(m.weights().storage.find("INT4 linears with 16-bit activations"), std::string::npos) << m.weights().storage;
 
   // The INT4 model's logits move by the activations' rounding only.
   {
@@ -302,36 +302,41 @@ TEST(QuantizedModel, Bf16ActivationsOnRequest) {
   EXPECT_THROW(QuantizationRequest::parse_activation_dtype("int8"), Error);
 }
 
-// `--dtype auto` follows the checkpoint's torch_dtype where the CPU multiplies bf16 natively, and
-// stays f32 otherwise; an explicit dtype is never overridden.
-TEST(QuantizedModel, AutoDtypeFollowsCheckpointWhereBf16IsNative) {
+// `--dtype auto` follows the checkpoint's bfloat16 where 16-bit activations are faster: the BF16
+// linears where the CPU multiplies bf16 (AVX512_BF16), the INT4 ones there and on AVX2 (the int16
+// kernel); f32 elsewhere. An explicit dtype is never overridden.
+TEST(QuantizedModel, AutoDtypeFollowsCheckpointWhereFaster) {
   ModelConfig bf16_ckpt, f32_ckpt, unsaid;
   bf16_ckpt.torch_dtype = "bfloat16";
   f32_ckpt.torch_dtype = "float32";
-  const auto resolve = [](const std::string& dtype, const ModelConfig& c, bool native) {
-    return QuantizationRequest::parse("", dtype).resolved_for(c, native).activations;
+  const auto plan = [](const std::string& dtype, const ModelConfig& c, bool bf16_dot, bool int16_int4) {
+    const ActivationPlan p = QuantizationRequest::parse("", dtype).activation_plan(c, bf16_dot, int16_int4);
+    return std::pair{p.bf16_linears, p.int4_linears};
   };
-  EXPECT_EQ(resolve("auto", bf16_ckpt, true), ActivationDtype::BFloat16);
-  EXPECT_EQ(resolve("auto", bf16_ckpt, false), ActivationDtype::Float32);
-  EXPECT_EQ(resolve("auto", f32_ckpt, true), ActivationDtype::Float32);
-  EXPECT_EQ(resolve("auto", unsaid, true), ActivationDtype::Float32);
-  EXPECT_EQ(resolve("float32", bf16_ckpt, true), ActivationDtype::Float32);
-  EXPECT_EQ(resolve("bfloat16", f32_ckpt, false), ActivationDtype::BFloat16);
+  using P = std::pair<bool, bool>;
+  EXPECT_EQ(plan("auto", bf16_ckpt, true, false), P(true, true));     // AVX512_BF16
+  EXPECT_EQ(plan("auto", bf16_ckpt, false, true), P(false, true));    // AVX2
+  EXPECT_EQ(plan("auto", bf16_ckpt, false, false), P(false, false));  // AVX-512 without BF16, scalar
+  EXPECT_EQ(plan("auto", f32_ckpt, true, true), P(false, false));
+  EXPECT_EQ(plan("auto", unsaid, true, true), P(false, false));
+  EXPECT_EQ(plan("float32", bf16_ckpt, true, true), P(false, false));
+  EXPECT_EQ(plan("bfloat16", f32_ckpt, false, false), P(true, true));
 
   // Loaded: the model and its weights agree on what auto became on this CPU (run again under
-  // KIMI_MAX_CPU_ISA=avx2 by ctest, where it must be f32).
+  // KIMI_MAX_CPU_ISA=avx2 by ctest).
   test::TempDir d;
   const auto int4_dir = make(d, "int4");
   ModelOptions o;
   o.num_threads = 1;
   o.quantization = QuantizationRequest::parse("", "auto");
-  const bool native = cpu_features().avx512_bf16;
+  const bool bf16_dot = cpu_features().avx512_bf16, int4_16 = bf16_dot || best_isa() == Isa::Avx2;
   {
     Model m(int4_dir, o);
     EXPECT_EQ(m.config().torch_dtype, "bfloat16");
-    EXPECT_EQ(m.bf16_activations(), native);
-    EXPECT_EQ(m.weights().lm_head.act_quant, native ? ActivationQuant::Bf16 : ActivationQuant::None);
-    EXPECT_EQ(expert_up(m, 1, 5).act_quant, native ? ActivationQuant::Bf16 : ActivationQuant::None);
+    EXPECT_EQ(m.bf16_activations(), bf16_dot);
+    EXPECT_EQ(m.activation_plan().int4_linears, int4_16);
+    EXPECT_EQ(m.weights().lm_head.act_quant, bf16_dot ? ActivationQuant::Bf16 : ActivationQuant::None);
+    EXPECT_EQ(expert_up(m, 1, 5).act_quant, int4_16 ? ActivationQuant::Bf16 : ActivationQuant::None);
   }
   // A float32 checkpoint stays f32 everywhere.
   MakeModelOptions f32;

@@ -4,8 +4,10 @@
 #include <pthread.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -187,6 +189,20 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // n standard-normal floats.
+// x as the 8-lane INT4 kernels take 16-bit activations (kernels::int4_word16_layout): per block
+// of 64 inputs, q = round-to-nearest-even(x * (32767 / amax)) times amax / 32767, in double.
+inline std::vector<double> int16_block_values(const float* x, int64_t cols) {
+  std::vector<double> v(static_cast<size_t>(cols));
+  for (int64_t b = 0; b < cols; b += 64) {
+    const int64_t e = std::min<int64_t>(cols, b + 64);
+    float amax = 0.0f;
+    for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    for (int64_t i = b; i < e; ++i) v[size_t(i)] = std::nearbyint(x[i] * inv) * double(s);
+  }
+  return v;
+}
+
 inline std::vector<float> random_floats(size_t n, Rng& rng) {
   std::vector<float> v(n);
   for (auto& x : v) x = float(rng.normal());

@@ -59,25 +59,32 @@ const kernels::QuantKernelTable& quant_table(const kernels::KernelTable& k, cons
 }
 
 // x rounded to bf16 once per product, before the threads share its rows: for the AVX512_BF16
-// kernels when the table is AVX-512's (the tests' choice of ISA is kept), else widened back to
-// f32 for k's own kernels (the same values; INT4 weights then run the f32-activation INT4
-// kernels, their matrix marked as such).
+// kernels when the table is AVX-512's (the tests' choice of ISA or variant is kept), else widened
+// back to f32 for k's own kernels (the same values; INT4 weights then run the f32-activation INT4
+// kernels, their matrix marked as such). INT4 weights on the 8-lane variants whose layout allows
+// take int16 activations instead, quantized per block of 64 by prepare_input.
 void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, const kernels::QuantKernelTable* quant,
                               const MatmulJob& j, BatchPart& p) {
   const size_t count = size_t(j.n * j.w.cols);
-  const bool avx512 = k.isa == Isa::Avx512;
   if (j.w.format == WeightFormat::Dense) {
-    if (avx512) p.bf16_dot = kernels::bf16_dot_rows();
+    if (k.isa == Isa::Avx512) p.bf16_dot = kernels::bf16_dot_rows();
     if (p.bf16_dot) {
       p.xb.resize(count);
       kernels::round_to_bf16(j.x, int64_t(count), p.xb.data());
       return;
     }
   } else {
-    if (avx512 && kernels::int4_bf16_layout(j.w)) p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
+    const kernels::QuantKernelTable& t = quant_table(k, quant, j.w);
+    if (t.lanes == 16 && kernels::int4_bf16_layout(j.w)) p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
     if (p.int4_bf16_dot) {
       p.xb.resize(size_t(j.n * kernels::int4_bf16_packed_cols(j.w.cols)));
       kernels::pack_int4_bf16_activations(j.x, j.n, j.w.cols, p.xb.data());
+      return;
+    }
+    // The 8-lane (AVX2) kernels multiply int16 activations instead (int4_word16_layout).
+    if (kernels::int4_word16_layout(j.w, t.lanes)) {
+      p.quant = &t;
+      kernels::prepare_input(pool, t, j.w, j.x, j.n, p.prepared);
       return;
     }
   }

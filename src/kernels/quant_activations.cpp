@@ -1,6 +1,9 @@
 // Validation, variant selection and the once-per-call activation preparation of the
 // integer-weight kernels (baseline-compiled: the SIMD files stay free of exceptions).
+#include <immintrin.h>  // SSE only: baseline x86-64
+
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "common/error.h"
@@ -133,6 +136,40 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
   in.x = x;
   in.n = n;
   in.cols = cols;
+  if (int4_word16_layout(w, int(L))) {
+    const int64_t nblocks = (cols + 63) / 64;
+    in.ldxw = nblocks * kWord16BlockShorts;
+    in.ldxws = nblocks;
+    in.ldsum = nblocks * 8;
+    out.xw.assign(size_t(n * in.ldxw), 0);
+    out.xwscale.assign(size_t(n * in.ldxws), 0.0f);
+    out.negsum.assign(size_t(n * in.ldsum), 0);
+    pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t b = 0; b < nblocks; ++b) {
+          const float* src = x + t * cols + b * 64;
+          const int64_t len = std::min<int64_t>(64, cols - b * 64);
+          float amax = 0.0f;
+          for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(src[i]));
+          const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+          out.xwscale[size_t(t * in.ldxws + b)] = s;
+          int16_t* dst = out.xw.data() + t * in.ldxw + b * kWord16BlockShorts;
+          int32_t* neg = out.negsum.data() + t * in.ldsum + b * 8;
+          for (int64_t l = 0; l < (len + 7) / 8; ++l)
+            for (int64_t e = 0; e < 8 && 8 * l + e < len; ++e) {
+              // Rounded to nearest even by the SSE conversion (a libm lrintf call otherwise);
+              // |x * inv| <= 32767 up to one rounding, clamped for that one.
+              const int32_t q = std::clamp(_mm_cvtss_si32(_mm_set_ss(src[8 * l + e] * inv)), -32767, 32767);
+              dst[(e % 4) * 16 + 2 * l + e / 4] = int16_t(q);
+              neg[l] -= 8 * q;
+            }
+        }
+    });
+    in.xw = out.xw.data();
+    in.xwscale = out.xwscale.data();
+    in.negsum = out.negsum.data();
+    return;
+  }
   if (w.act_quant == ActivationQuant::None) {
     if (!int4 || L == 0) return;  // the kernels read x as it is
     if (int4_word_layout(w, int(L))) {

@@ -146,6 +146,20 @@ struct Avx2QuantTraits : Avx2Traits {
   }
 
   static VI permute_i(VI v, VI idx) { return _mm256_permutevar8x32_epi32(v, idx); }
+
+  // int4 x int16 (int4_word16_layout): nibble j of every 16-bit half as an int16, and the
+  // products of int16 pairs added into the int32 lanes.
+  static VI nibble16(VI words, unsigned j) {
+    if (j == 3) return _mm256_srli_epi16(words, 12);
+    const VI m = _mm256_set1_epi16(0xF);
+    return _mm256_and_si256(j == 0 ? words : _mm256_srli_epi16(words, int(4 * j)), m);
+  }
+  static VI dot_i16(VI acc, VI a, VI b) {
+    if constexpr (kVnni)
+      return _mm256_dpwssd_avx_epi32(acc, a, b);
+    else
+      return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+  }
 };
 
 }  // namespace

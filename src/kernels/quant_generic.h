@@ -328,6 +328,72 @@ void int4_f32_words8_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
+// Int4Group x int16 activations on the words of int4_word8_layout (AVX2; int4_word16_layout).
+// The 16-bit halves of word l hold inputs 8l .. 8l + 3 and 8l + 4 .. 8l + 7, so shifting every
+// half right by 4j and masking leaves inputs 8l + j and 8l + 4 + j as int16 in the two halves of
+// lane l: one VPMADDWD (or VPDPWSSD) against x laid out to match adds both products into lane l.
+// Per 64 weights and row: three shifts and three ANDs (shared by the tokens), and per token four
+// multiply-adds into int32 (exact: |sum| < 8 x 2 x 15 x 32767) started from -8 x the lane's
+// inputs, one conversion and one FMA by (weight scale x block scale). kPair as in the f32 tile.
+template <class Tr, int R, int T, bool kPair>
+void int4_i16_words8_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = w.cols / G;
+  const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + 63) / 64, nfull = w.cols / 64;
+  const int tail_bytes = int(row_bytes - nfull * 32);
+  const int64_t blocks_per_group = groups == 1 ? nblocks : G / 64;  // unless kPair
+
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const int16_t* xs[T];
+  const int32_t* ns[T];
+  const float* ss[T];
+  for (int t = 0; t < T; ++t) {
+    xs[t] = in.xw + (c.t0 + t) * in.ldxw;
+    ns[t] = in.negsum + (c.t0 + t) * in.ldsum;
+    ss[t] = in.xwscale + (c.t0 + t) * in.ldxws;
+  }
+  V total[R][T];
+  zero_tile<Tr>(total);
+  int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t byte = b * 32;
+    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes, c);
+    if constexpr (!kPair) {
+      if (left == 0) {
+        ++g;
+        left = blocks_per_group;
+      }
+      --left;
+    }
+    for (int r = 0; r < R; ++r) {
+      const VI v = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
+      VI q[4];
+      for (unsigned j = 0; j < 4; ++j) q[j] = Tr::nibble16(v, j);
+      V s;
+      if constexpr (kPair)
+        s = Tr::scale_pair(rg[r], 2 * b, int(qmin(2, groups - 2 * b)));
+      else
+        s = Tr::set1(rg[r].scale(g));
+      for (int t = 0; t < T; ++t) {
+        const int16_t* xb = xs[t] + b * kWord16BlockShorts;
+        VI a0 = Tr::load_i(ns[t] + b * 8), a1 = Tr::izero();
+        a0 = Tr::dot_i16(a0, q[0], Tr::load_block(xb));
+        a1 = Tr::dot_i16(a1, q[1], Tr::load_block(xb + 16));
+        a0 = Tr::dot_i16(a0, q[2], Tr::load_block(xb + 32));
+        a1 = Tr::dot_i16(a1, q[3], Tr::load_block(xb + 48));
+        total[r][t] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), Tr::mul(s, Tr::set1(ss[t][b])), total[r][t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
+}
+
 // Int8Group x f32: L int8 weights per step, widened and scaled in registers.
 template <class Tr, int R, int T>
 void int8_f32_tile(const QuantCtx& c, float* y) {
@@ -616,6 +682,12 @@ void run_kind(const QuantCtx& c, float* y) {
       int_tile_modes<Tr, R, T, true>(c, y);
     else
       int_tile_modes<Tr, R, T, false>(c, y);
+  } else if (w.act_quant == ActivationQuant::Bf16) {
+    // Only int4_word16_layout's matrices reach a quantized kernel with 16-bit activations.
+    if constexpr (Tr::kLanes == 8) {
+      if (w.group_size == 32 && w.cols > 32) return int4_i16_words8_tile<Tr, R, T, true>(c, y);
+      return int4_i16_words8_tile<Tr, R, T, false>(c, y);
+    }
   } else if (int4) {
     if constexpr (Tr::kLanes == 16) {
       if (int4_word_layout(w, 16)) {

@@ -44,6 +44,14 @@ struct QuantInput {
   // Int4Group x int8 (SIMD): -(sum of xq over inputs [8j, 8j + 8)), zero-padded; [n, ldsum].
   const int32_t* negsum = nullptr;
   int64_t ldsum = 0;
+  // Int4Group x 16-bit activations on 8 lanes (int4_word16_layout): per block of 64 inputs, x as
+  // int16 q = round(x / s) with the block's own s = amax / 32767, 64 shorts laid out for j = 0..3
+  // as (q[8l + j], q[8l + 4 + j]) for l < 8; [n, ldxw]. The blocks' s in xwscale [n, ldxws], and
+  // in negsum ([n, ldsum]) -8 * (the sum of lane l's 8 q), the zero point folded in.
+  const int16_t* xw = nullptr;
+  int64_t ldxw = 0;
+  const float* xwscale = nullptr;
+  int64_t ldxws = 0;
 };
 
 struct QuantKernelTable {
@@ -98,12 +106,28 @@ inline bool int4_word8_layout(const WeightMatrix& w, int lanes) {
 }
 constexpr int64_t kWord8BlockFloats = 72;
 
+// Whether int4 x 16-bit activations (ActivationQuant::Bf16: `--dtype bfloat16`) runs as int4 x
+// int16 on 8 lanes (AVX2), on the word8 layout's packed words and groups. Without AVX512_BF16
+// nothing multiplies bf16, and the f32 kernel spends a conversion and an FMA per weight; here
+// VPMADDWD (VPDPWSSD with AVX-VNNI) multiplies 16 nibbles, taken in place from their words by one
+// shift and one AND, with 16 int16 activations. Each block of 64 inputs is quantized on its own
+// (amax / 32767): its error is at most 2^-16 of the block's largest input, below bf16's 2^-9
+// relative rounding for every input within 128x of that largest.
+inline bool int4_word16_layout(const WeightMatrix& w, int lanes) {
+  const int64_t g = w.group_size;
+  return lanes == 8 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::Bf16 &&
+         w.zero_points == nullptr && (g == w.cols || g == 32 || g % 64 == 0);
+}
+constexpr int64_t kWord16BlockShorts = 64;
+
 // Owns the buffers a QuantInput points into.
 struct PreparedInput {
   QuantInput in;
   std::vector<float> xf, xscale;
   std::vector<int8_t> xq;
   std::vector<int32_t> negsum;
+  std::vector<int16_t> xw;
+  std::vector<float> xwscale;
 };
 // Prepares x[n, w.cols] for table `k` (tokens in parallel on `pool`).
 void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatrix& w,

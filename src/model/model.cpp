@@ -12,20 +12,11 @@
 
 namespace kimi {
 
-namespace {
-
-// --dtype auto decided once, here, so the weights and everything asking bf16_activations() agree.
-ModelOptions with_resolved_dtype(ModelOptions o, const ModelConfig& c) {
-  o.quantization = o.quantization.resolved_for(c);
-  return o;
-}
-
-}  // namespace
-
 Model::Model(const std::filesystem::path& dir, ModelOptions options)
     : dir_(dir),
       config_(ModelConfig::load(dir)),
-      options_(with_resolved_dtype(std::move(options), config_)),
+      options_(std::move(options)),
+      activations_(options_.quantization.activation_plan(config_)),
       attention_config_(TensorParallel{options_.tensor_parallel.get()}.attention_shard(config_)),
       checkpoint_(std::make_unique<Checkpoint>(dir)),
       weights_(load_weights(*checkpoint_, config_, options_.quantization,

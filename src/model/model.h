@@ -108,13 +108,16 @@ class Model {
   // failed before its step began (count unchanged) owes the replicas a forward_dummy().
   uint64_t steps_begun() const { return steps_begun_; }
   bool data_parallel() const { return options_.data_parallel && options_.data_parallel->size() > 1; }
-  // `--dtype bfloat16`: the BF16 linears take bf16 activations (a draft model follows suit).
-  bool bf16_activations() const { return options_.quantization.bf16_activations(); }
+  // What `--dtype` came to here (auto decided for this checkpoint and CPU).
+  const ActivationPlan& activation_plan() const { return activations_; }
+  // The BF16 linears take bf16 activations (a draft model follows suit).
+  bool bf16_activations() const { return activations_.bf16_linears; }
 
  private:
   std::filesystem::path dir_;
   ModelConfig config_;
   ModelOptions options_;
+  ActivationPlan activations_;
   ModelConfig attention_config_;  // config_ with this rank's share of the attention heads
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings the weights point into
   ModelWeights weights_;

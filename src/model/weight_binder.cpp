@@ -68,16 +68,24 @@ ActivationDtype QuantizationRequest::parse_activation_dtype(const std::string& d
   throw Error("--dtype " + dtype + ": expected auto, float32 or bfloat16");
 }
 
-QuantizationRequest QuantizationRequest::resolved_for(const ModelConfig& config, bool cpu_has_bf16_dot) const {
-  QuantizationRequest r = *this;
-  if (r.activations == ActivationDtype::Auto)
-    r.activations = config.torch_dtype == "bfloat16" && cpu_has_bf16_dot ? ActivationDtype::BFloat16
-                                                                         : ActivationDtype::Float32;
-  return r;
+ActivationPlan QuantizationRequest::activation_plan(const ModelConfig& config, bool bf16_dot, bool int16_int4) const {
+  switch (activations) {
+    case ActivationDtype::Float32: return {};
+    case ActivationDtype::BFloat16: return {true, true};
+    case ActivationDtype::Auto: break;
+  }
+  if (config.torch_dtype != "bfloat16") return {};
+  return {bf16_dot, bf16_dot || int16_int4};
 }
 
-QuantizationRequest QuantizationRequest::resolved_for(const ModelConfig& config) const {
-  return resolved_for(config, cpu_features().avx512_bf16);
+ActivationPlan QuantizationRequest::activation_plan(const ModelConfig& config) const {
+  return activation_plan(config, cpu_features().avx512_bf16, best_isa() == Isa::Avx2);
+}
+
+std::string describe(const ActivationPlan& p, bool short_form) {
+  if (short_form) return p.bf16_linears ? "bf16-act" : p.int4_linears ? "int4-16bit-act" : "f32-act";
+  if (p.bf16_linears) return p.int4_linears ? "bf16 activations" : "bf16 activations, f32 for INT4";
+  return p.int4_linears ? "f32 activations, 16-bit for INT4" : "f32 activations";
 }
 
 std::string_view activation_dtype_name(ActivationDtype d) {
@@ -90,7 +98,7 @@ std::string_view activation_dtype_name(ActivationDtype d) {
 }
 
 WeightBinder::WeightBinder(const Checkpoint& ckpt, const ModelConfig& config, const QuantizationRequest& request)
-    : ckpt_(ckpt), request_(request.resolved_for(config)) {
+    : ckpt_(ckpt), request_(request), plan_(request.activation_plan(config)) {
   const std::string source = (ckpt.dir() / "config.json").string();
   if (!config.quantization_config.is_null()) ct_ = CompressedTensorsConfig::parse(config.quantization_config, source);
   slim_ = ModelSlimDescription::load(ckpt.dir());
@@ -310,11 +318,11 @@ WeightMatrix WeightBinder::linear(const std::string& module, int64_t rows, int64
 }
 
 WeightMatrix WeightBinder::with_bf16_activations(WeightMatrix w) {
-  if (!request_.bf16_activations() || w.act_quant != ActivationQuant::None) return w;
-  if (w.format == WeightFormat::Int4Group) {
+  if (w.act_quant != ActivationQuant::None) return w;
+  if (w.format == WeightFormat::Int4Group && plan_.int4_linears) {
     w.act_quant = ActivationQuant::Bf16;
     ++int4_bf16_activation_linears_;
-  } else if (w.format == WeightFormat::Dense && w.dtype == DType::BF16) {
+  } else if (w.format == WeightFormat::Dense && w.dtype == DType::BF16 && plan_.bf16_linears) {
     w.act_quant = ActivationQuant::Bf16;
     ++bf16_activation_linears_;
   }
@@ -352,7 +360,7 @@ std::string WeightBinder::storage_summary() const {
          std::string(quant_preset_name(request_.preset)) + ")";
   if (bf16_activation_linears_) s += "; " + std::to_string(bf16_activation_linears_) + " BF16 linears with bf16 activations";
   if (int4_bf16_activation_linears_)
-    s += "; " + std::to_string(int4_bf16_activation_linears_) + " INT4 linears with bf16 activations";
+    s += "; " + std::to_string(int4_bf16_activation_linears_) + " INT4 linears with 16-bit activations";
   return s;
 }
 

@@ -24,6 +24,22 @@ namespace kimi {
 enum class ActivationDtype { Auto, Float32, BFloat16 };
 std::string_view activation_dtype_name(ActivationDtype d);  // "auto", "float32", "bfloat16"
 
+// What `--dtype` comes to for one checkpoint on one CPU (QuantizationRequest::activation_plan):
+// which linears take 16-bit activations (ActivationQuant::Bf16).
+struct ActivationPlan {
+  // The linears that stay BF16 round their activations to bf16 (products exact, sums f32), as
+  // vLLM's bfloat16 and llama.cpp's BF16 matmuls do: twice the multiply rate with AVX512_BF16;
+  // elsewhere widened back to f32 for the f32 kernels (the same values).
+  bool bf16_linears = false;
+  // INT4 linears with float activations (W4A16, whose A16 is vLLM's bf16) take 16-bit ones: bf16
+  // for the AVX512_BF16 kernel, int16 per block of 64 inputs for the AVX2 one
+  // (kernels/quant_kernels.h, int4_word16_layout). Int8-activation linears keep theirs.
+  bool int4_linears = false;
+};
+// "bf16 activations", "f32 activations", "f32 activations, 16-bit for INT4" (logs, bench headers);
+// short: "bf16-act", "f32-act", "int4-16bit-act" (table labels).
+std::string describe(const ActivationPlan& p, bool short_form = false);
+
 // What `--quantization` and `--dtype` asked for.
 struct QuantizationRequest {
   // None: load as stored. Otherwise float linears are quantized on load per linear_quant(), and
@@ -32,13 +48,9 @@ struct QuantizationRequest {
   QuantPreset preset = QuantPreset::None;
   // "compressed-tensors" or "ascend": the checkpoint must be stored that way (vLLM's spelling).
   std::string expect_method;
-  // `--dtype`. BFloat16: the linears that stay BF16 round their activations to bf16
-  // (ActivationQuant::Bf16; products exact, sums f32), as vLLM's bfloat16 and llama.cpp's BF16
-  // matmuls do; twice the multiply rate on AVX512_BF16 CPUs. So do INT4 linears with float
-  // activations (W4A16, whose A16 is vLLM's bf16); int8-activation linears keep theirs.
-  // Auto is resolved at load (resolved_for), so the binder and the model only see the other two.
+  // `--dtype` as given: Float32 none, BFloat16 every linear of ActivationPlan, Auto decided by
+  // activation_plan() for the checkpoint and the CPU.
   ActivationDtype activations = ActivationDtype::Float32;
-  bool bf16_activations() const { return activations == ActivationDtype::BFloat16; }
 
   // Parses vLLM-style values: "" / "none", "compressed-tensors", "ascend", int4, w4a16, w4a8, w8a8.
   static QuantizationRequest parse(const std::string& value);
@@ -47,13 +59,14 @@ struct QuantizationRequest {
   // `--dtype`: "" / "auto" -> Auto, "float32" / "float" -> Float32, "bfloat16" -> BFloat16;
   // float16 / half are refused (kimi has no f16 activation kernels).
   static ActivationDtype parse_activation_dtype(const std::string& dtype);
-  // This request with Auto replaced: bf16 where the checkpoint's dtype (config.json's
-  // torch_dtype) is bfloat16, as vLLM's auto follows it, and the CPU multiplies bf16 natively
-  // (AVX512_BF16); f32 otherwise, where bf16 activations would be widened back to f32 by the
-  // kernels and only cost accuracy.
-  QuantizationRequest resolved_for(const ModelConfig& config, bool cpu_has_bf16_dot) const;
-  // The same against this process's CPU (cpu_features(), KIMI_MAX_CPU_ISA applied).
-  QuantizationRequest resolved_for(const ModelConfig& config) const;
+  // Auto follows the checkpoint's dtype (config.json's torch_dtype), as vLLM's auto does, where
+  // that is faster: for a bfloat16 checkpoint, the BF16 linears take bf16 where the CPU multiplies
+  // it (bf16_dot: AVX512_BF16), and the INT4 linears 16-bit activations there and where the CPU's
+  // kernels are AVX2's (int16_int4: their int16 kernel). Nothing else gains by them: bf16
+  // activations widened back to f32 would only cost accuracy.
+  ActivationPlan activation_plan(const ModelConfig& config, bool bf16_dot, bool int16_int4) const;
+  // The same against this process's CPU (cpu_features() and best_isa(), KIMI_MAX_CPU_ISA applied).
+  ActivationPlan activation_plan(const ModelConfig& config) const;
 };
 
 // Buffers that outlive the binder: ModelWeights keeps them beside the matrices pointing into them.
@@ -82,13 +95,14 @@ class WeightBinder {
   std::optional<WeightMatrix> stored_modelslim(const std::string& module, int64_t rows, int64_t cols);
   WeightMatrix quantize(const WeightMatrix& dense, const LinearQuant& target);
   WeightMatrix dequantize(const WeightMatrix& w);
-  // w with ActivationQuant::Bf16 where `--dtype bfloat16` asks for it and w can take it.
+  // w with ActivationQuant::Bf16 where the activation plan asks for it and w can take it.
   WeightMatrix with_bf16_activations(WeightMatrix w);
   const void* scales_in_kernel_dtype(const TensorView& t, DType& dtype);
   uint8_t* own(size_t bytes);
 
   const Checkpoint& ckpt_;
   QuantizationRequest request_;
+  ActivationPlan plan_;
   std::optional<CompressedTensorsConfig> ct_;
   std::optional<ModelSlimDescription> slim_;
   OwnedWeightBuffers owned_;
