@@ -371,6 +371,12 @@ TEST_P(QuantKernelsIsa, Int4Int16Activations) {
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " at " << i;
   }
+  // A NaN input is not quantized away: every row's output is NaN, as with f32 activations.
+  const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 5, 256, 32};
+  const QuantWeights q = make_quant(c, rng);
+  std::vector<float> x = random_x(c.cols, rng);
+  x[77] = std::numeric_limits<float>::quiet_NaN();
+  for (const float v : run_variant(pool, GetParam(), q, x, 1)) EXPECT_TRUE(std::isnan(v)) << v;
 }
 
 // int4 x int8 at the extremes of the emulated dot products (nibbles 15 and 0, |x| quantised to

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/error.h"
@@ -150,9 +151,14 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
           const float* src = x + t * cols + b * 64;
           const int64_t len = std::min<int64_t>(64, cols - b * 64);
           float amax = 0.0f;
-          for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::fabs(src[i]));
+          bool nan = false;
+          for (int64_t i = 0; i < len; ++i) {
+            nan |= std::isnan(src[i]);
+            amax = std::max(amax, std::fabs(src[i]));
+          }
           const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-          out.xwscale[size_t(t * in.ldxws + b)] = s;
+          // A NaN input makes the block's scale NaN, so it reaches the outputs as f32's would.
+          out.xwscale[size_t(t * in.ldxws + b)] = nan ? std::numeric_limits<float>::quiet_NaN() : s;
           int16_t* dst = out.xw.data() + t * in.ldxw + b * kWord16BlockShorts;
           int32_t* neg = out.negsum.data() + t * in.ldsum + b * 8;
           for (int64_t l = 0; l < (len + 7) / 8; ++l)
@@ -170,6 +176,8 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
     in.negsum = out.negsum.data();
     return;
   }
+  if (w.act_quant == ActivationQuant::Bf16)  // matmul.cpp rounds them for every other variant
+    throw Error("internal: 16-bit activations reach the integer kernels only on the 8-lane int4 layout");
   if (w.act_quant == ActivationQuant::None) {
     if (!int4 || L == 0) return;  // the kernels read x as it is
     if (int4_word_layout(w, int(L))) {
