@@ -161,7 +161,7 @@ int run_latency(int argc, char** argv) {
       mo.quantization = QuantizationRequest::parse(q, dt);
       models.push_back(std::make_unique<Model>(a.require("model"), mo));
       std::string weights = q.empty() || q == "none" ? "float" : q;
-      if (dtypes.size() > 1) weights += " " + describe(models.back()->activation_plan(), true);
+      if (dtypes.size() > 1) weights += " " + activation_summary(models.back()->activation_plan(), true);
       for (const std::string& d : kv_dtypes) {
         const KvCacheDtype kv = parse_kv_cache_dtype(d);
         const std::string label = kv_dtypes.size() == 1 ? weights

@@ -124,7 +124,7 @@ int run_perplexity(int argc, char** argv) {
     for (const std::string& d : dtypes) {
       mo.quantization = QuantizationRequest::parse(q, d);
       Model model(dir, mo);  // one loading at a time: the previous one is released first
-      const std::string weights = dtypes.size() > 1 ? q + " " + describe(model.activation_plan(), true) : q;
+      const std::string weights = dtypes.size() > 1 ? q + " " + activation_summary(model.activation_plan(), true) : q;
       storage.push_back(weights + ": " + model.weights().storage);
       for (const KvCacheDtype kv : kvs) {
         po.kv_cache_dtype = kv;

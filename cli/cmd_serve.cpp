@@ -157,7 +157,7 @@ int run_serve(int argc, char** argv) {
   }
   // What --quantization and --dtype came to (auto is decided at load): vLLM logs its dtype too.
   std::fprintf(stderr, "weights: %s; %s (--dtype %s)\n", model.weights().storage.c_str(),
-               describe(model.activation_plan()).c_str(),
+               activation_summary(model.activation_plan()).c_str(),
                std::string(activation_dtype_name(mo.quantization.activations)).c_str());
   const Tokenizer tokenizer = Tokenizer::load(dir);
 

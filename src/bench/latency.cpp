@@ -262,7 +262,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 (long long)c.num_experts_per_tok, double(model.weights().total_bytes) / 1e6,
                 double(model.weights().active_bytes_per_token) / 1e6, model.num_threads(),
                 (long long)o.input_len, (long long)o.output_len, o.iterations, kernel_isa_summary().c_str(),
-                describe(model.activation_plan()).c_str(),
+                activation_summary(model.activation_plan()).c_str(),
                 std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.prefill_tokens_per_s,
                 r.prefill_seconds, r.prefill_flops_per_token * r.prefill_tokens_per_s / 1e9,
                 r.matmul_peak_flops / 1e9, model.bf16_activations() ? "bf16" : "f32", 100.0 * r.prefill_roofline_fraction,

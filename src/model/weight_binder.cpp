@@ -82,7 +82,7 @@ ActivationPlan QuantizationRequest::activation_plan(const ModelConfig& config) c
   return activation_plan(config, cpu_features().avx512_bf16, best_isa() == Isa::Avx2);
 }
 
-std::string describe(const ActivationPlan& p, bool short_form) {
+std::string activation_summary(const ActivationPlan& p, bool short_form) {
   if (short_form) return p.bf16_linears ? "bf16-act" : p.int4_linears ? "int4-16bit-act" : "f32-act";
   if (p.bf16_linears) return p.int4_linears ? "bf16 activations" : "bf16 activations, f32 for INT4";
   return p.int4_linears ? "f32 activations, 16-bit for INT4" : "f32 activations";

@@ -38,7 +38,7 @@ struct ActivationPlan {
 };
 // "bf16 activations", "f32 activations", "f32 activations, 16-bit for INT4" (logs, bench headers);
 // short: "bf16-act", "f32-act", "int4-16bit-act" (table labels).
-std::string describe(const ActivationPlan& p, bool short_form = false);
+std::string activation_summary(const ActivationPlan& p, bool short_form = false);
 
 // What `--quantization` and `--dtype` asked for.
 struct QuantizationRequest {
