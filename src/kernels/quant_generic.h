@@ -264,32 +264,20 @@ void int4_f32_words_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
-// Int4Group x f32 on whole packed words with 8 lanes (AVX2; int4_word8_layout). A 32-byte block
-// is 8 words of 8 nibbles, word l's nibble j being input 8l + j of the block's 64. Nibble j is
-// read in place (one AND, or a shift for j = 7, and one conversion per 8 weights: no unpacking
-// shuffles), against x pre-scaled by 16^-j; the zero point 8 is folded into the accumulator's
-// start, -8 * (sum of the word's 8 inputs), so each block costs 8 x (op, convert, FMA) per row
-// and one scale FMA. Rows run one after another within a block (x stays in L1), each with two
-// accumulators per token so the FMA chains are short. kPair: groups of 32, the block's lanes
-// 0-3 in one group and 4-7 in the next; else a group spans whole blocks (or the row).
-template <class Tr, int R, int T, bool kPair>
-void int4_f32_words8_tile(const QuantCtx& c, float* y) {
+// The walk the two word8-layout tiles below share (int4_word8_layout: 32-byte blocks of 64
+// inputs): block by block, prefetching, each row's block and the scales of its lanes' groups
+// (kPair: groups of 32, the block's lanes 0-3 in one group and 4-7 in the next; else a group
+// spans whole blocks, or the row), handed to body(b, r, words, scales).
+template <class Tr, int R, bool kPair, class Body>
+inline void for_word8_blocks(const QuantCtx& c, const uint8_t* const (&rows)[R], const RowGroups (&rg)[R],
+                             Body&& body) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
   const WeightMatrix& w = *c.w;
-  const QuantInput& in = *c.in;
   const int64_t G = w.group_size, groups = w.cols / G;
   const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + 63) / 64, nfull = w.cols / 64;
   const int tail_bytes = int(row_bytes - nfull * 32);
   const int64_t blocks_per_group = groups == 1 ? nblocks : G / 64;  // unless kPair
-
-  const uint8_t* rows[R];
-  RowGroups rg[R];
-  locate_rows<R>(w, c.r0, rows, rg);
-  const float* xs[T];
-  for (int t = 0; t < T; ++t) xs[t] = in.xf + (c.t0 + t) * in.ldxf;
-  V total[R][T];
-  zero_tile<Tr>(total);
   int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
   for (int64_t b = 0; b < nblocks; ++b) {
     const int64_t byte = b * 32;
@@ -303,27 +291,52 @@ void int4_f32_words8_tile(const QuantCtx& c, float* y) {
     }
     for (int r = 0; r < R; ++r) {
       const VI v = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
-      V a0[T], a1[T];
-      for (int t = 0; t < T; ++t) {
-        a0[t] = Tr::load_x(xs[t] + b * kWord8BlockFloats + 64);  // -8 * word sums
-        a1[t] = Tr::zero();
-      }
-      for (unsigned j = 0; j < 8; j += 2) {
-        const V q0 = Tr::nibble_in_place(v, j), q1 = Tr::nibble_in_place(v, j + 1);
-        for (int t = 0; t < T; ++t) {
-          const float* xb = xs[t] + b * kWord8BlockFloats + j * 8;
-          a0[t] = Tr::fma(q0, Tr::load_x(xb), a0[t]);
-          a1[t] = Tr::fma(q1, Tr::load_x(xb + 8), a1[t]);
-        }
-      }
       V s;
       if constexpr (kPair)
         s = Tr::scale_pair(rg[r], 2 * b, int(qmin(2, groups - 2 * b)));
       else
         s = Tr::set1(rg[r].scale(g));
-      for (int t = 0; t < T; ++t) total[r][t] = Tr::fma(Tr::add(a0[t], a1[t]), s, total[r][t]);
+      body(b, r, v, s);
     }
   }
+}
+
+// Int4Group x f32 on whole packed words with 8 lanes (AVX2; int4_word8_layout). A 32-byte block
+// is 8 words of 8 nibbles, word l's nibble j being input 8l + j of the block's 64. Nibble j is
+// read in place (one AND, or a shift for j = 7, and one conversion per 8 weights: no unpacking
+// shuffles), against x pre-scaled by 16^-j; the zero point 8 is folded into the accumulator's
+// start, -8 * (sum of the word's 8 inputs), so each block costs 8 x (op, convert, FMA) per row
+// and one scale FMA. Rows run one after another within a block (x stays in L1), each with two
+// accumulators per token so the FMA chains are short.
+template <class Tr, int R, int T, bool kPair>
+void int4_f32_words8_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = in.xf + (c.t0 + t) * in.ldxf;
+  V total[R][T];
+  zero_tile<Tr>(total);
+  for_word8_blocks<Tr, R, kPair>(c, rows, rg, [&](int64_t b, int r, VI v, V s) {
+    V a0[T], a1[T];
+    for (int t = 0; t < T; ++t) {
+      a0[t] = Tr::load_x(xs[t] + b * kWord8BlockFloats + 64);  // -8 * word sums
+      a1[t] = Tr::zero();
+    }
+    for (unsigned j = 0; j < 8; j += 2) {
+      const V q0 = Tr::nibble_in_place(v, j), q1 = Tr::nibble_in_place(v, j + 1);
+      for (int t = 0; t < T; ++t) {
+        const float* xb = xs[t] + b * kWord8BlockFloats + j * 8;
+        a0[t] = Tr::fma(q0, Tr::load_x(xb), a0[t]);
+        a1[t] = Tr::fma(q1, Tr::load_x(xb + 8), a1[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) total[r][t] = Tr::fma(Tr::add(a0[t], a1[t]), s, total[r][t]);
+  });
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
@@ -334,18 +347,13 @@ void int4_f32_words8_tile(const QuantCtx& c, float* y) {
 // lane l: one VPMADDWD (or VPDPWSSD) against x laid out to match adds both products into lane l.
 // Per 64 weights and row: three shifts and three ANDs (shared by the tokens), and per token four
 // multiply-adds into int32 (exact: |sum| < 8 x 2 x 15 x 32767) started from -8 x the lane's
-// inputs, one conversion and one FMA by (weight scale x block scale). kPair as in the f32 tile.
+// inputs, one conversion and one FMA by (weight scale x block scale).
 template <class Tr, int R, int T, bool kPair>
 void int4_i16_words8_tile(const QuantCtx& c, float* y) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
   const WeightMatrix& w = *c.w;
   const QuantInput& in = *c.in;
-  const int64_t G = w.group_size, groups = w.cols / G;
-  const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + 63) / 64, nfull = w.cols / 64;
-  const int tail_bytes = int(row_bytes - nfull * 32);
-  const int64_t blocks_per_group = groups == 1 ? nblocks : G / 64;  // unless kPair
-
   const uint8_t* rows[R];
   RowGroups rg[R];
   locate_rows<R>(w, c.r0, rows, rg);
@@ -359,37 +367,19 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
   }
   V total[R][T];
   zero_tile<Tr>(total);
-  int64_t g = 0, left = blocks_per_group;  // the group of block b, and its blocks still to come
-  for (int64_t b = 0; b < nblocks; ++b) {
-    const int64_t byte = b * 32;
-    if (c.prefetch && (b & 1) == 0) prefetch_ahead<R>(rows, byte, row_bytes, c);
-    if constexpr (!kPair) {
-      if (left == 0) {
-        ++g;
-        left = blocks_per_group;
-      }
-      --left;
+  for_word8_blocks<Tr, R, kPair>(c, rows, rg, [&](int64_t b, int r, VI v, V s) {
+    VI q[4];
+    for (unsigned j = 0; j < 4; ++j) q[j] = Tr::nibble16(v, j);
+    for (int t = 0; t < T; ++t) {
+      const int16_t* xb = xs[t] + b * kWord16BlockShorts;
+      VI a0 = Tr::load_i(ns[t] + b * 8), a1 = Tr::izero();
+      a0 = Tr::dot_i16(a0, q[0], Tr::load_block(xb));
+      a1 = Tr::dot_i16(a1, q[1], Tr::load_block(xb + 16));
+      a0 = Tr::dot_i16(a0, q[2], Tr::load_block(xb + 32));
+      a1 = Tr::dot_i16(a1, q[3], Tr::load_block(xb + 48));
+      total[r][t] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), Tr::mul(s, Tr::set1(ss[t][b])), total[r][t]);
     }
-    for (int r = 0; r < R; ++r) {
-      const VI v = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
-      VI q[4];
-      for (unsigned j = 0; j < 4; ++j) q[j] = Tr::nibble16(v, j);
-      V s;
-      if constexpr (kPair)
-        s = Tr::scale_pair(rg[r], 2 * b, int(qmin(2, groups - 2 * b)));
-      else
-        s = Tr::set1(rg[r].scale(g));
-      for (int t = 0; t < T; ++t) {
-        const int16_t* xb = xs[t] + b * kWord16BlockShorts;
-        VI a0 = Tr::load_i(ns[t] + b * 8), a1 = Tr::izero();
-        a0 = Tr::dot_i16(a0, q[0], Tr::load_block(xb));
-        a1 = Tr::dot_i16(a1, q[1], Tr::load_block(xb + 16));
-        a0 = Tr::dot_i16(a0, q[2], Tr::load_block(xb + 32));
-        a1 = Tr::dot_i16(a1, q[3], Tr::load_block(xb + 48));
-        total[r][t] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), Tr::mul(s, Tr::set1(ss[t][b])), total[r][t]);
-      }
-    }
-  }
+  });
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
