@@ -21,7 +21,11 @@ struct Avx2Traits {
   // 16 ymm registers: 2 x 4 accumulators + 2 weights + 1 x (4 x 2 would spill).
   static constexpr int kGemmRows = 2;
   static constexpr int kGemmTokens = 4;
-  static constexpr int kPairTokens = 4;
+  // The BF16 pairs tile (prefill): 4 x 3 accumulators + 4 weights, the third token's x taken as
+  // the FMAs' memory operand. Twelve independent FMA chains instead of eight: 64 x [2048 x 2048]
+  // 0.78x the time of 2 x 4 (Zen 5 capped at AVX2; 5 x 2, 3 x 3, 2 x 6 in between, 3 x 4 slower).
+  static constexpr int kPairRows = 4;
+  static constexpr int kPairTokens = 3;
   static constexpr int kUntransTokens = 2;
   static constexpr int kUntransVectors = 4;
 

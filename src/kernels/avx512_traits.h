@@ -29,6 +29,7 @@ struct Avx512Traits {
   // 4 x 5 (measured: 4 x 6 leaves the compiler no spare register and it spills).
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 6;
+  static constexpr int kPairRows = kGemmRows;
   static constexpr int kPairTokens = 5;
   static constexpr int kUntransTokens = 4;
   static constexpr int kUntransVectors = 4;

@@ -7,7 +7,7 @@
 //   kPrefetch                         whether to prefetch weights coming from DRAM (SIMD only:
 //                                     the scalar loop is far slower than memory anyway)
 //   kGemmRows, kGemmTokens            register tile of the n > 1 kernel (rows x tokens)
-//   kPairTokens                       tokens of the n > 1 BF16 tile when kBf16Pairs
+//   kPairRows, kPairTokens            register tile of the n > 1 BF16 kernel when kBf16Pairs
 //   kUntransTokens, kUntransVectors   register tile of matmul_untransposed (tokens x vectors)
 //   zero(), set1(a), add(a, b), fma(a, b, c) = a * b + c, reduce(v) = sum of lanes,
 //   mul(a, b), div(a, b), max(a, b) (b when either is NaN), reduce_max(v) = largest lane,
@@ -355,7 +355,7 @@ void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* 
   // Prefill GEMM, meant to be compute-bound: a chunk of rows x a block of columns is swept by
   // every token block, and inside it every row tile reuses the token block's x from L1.
   constexpr bool kPairs = D == DType::BF16 && Tr::kBf16Pairs;
-  constexpr int R = Tr::kGemmRows, T = kPairs ? Tr::kPairTokens : Tr::kGemmTokens;
+  constexpr int R = kPairs ? Tr::kPairRows : Tr::kGemmRows, T = kPairs ? Tr::kPairTokens : Tr::kGemmTokens;
   constexpr int64_t kPad = 2 * Tr::kLanes;
   // The packed x block of the BF16 tile (unused otherwise): T x kColBlock floats on the stack.
   alignas(64) float packed[kPairs ? T * kColBlock : 1];

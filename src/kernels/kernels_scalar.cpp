@@ -43,6 +43,7 @@ struct ScalarTraits {
   static constexpr bool kPrefetch = false;
   static constexpr int kGemmRows = 4;
   static constexpr int kGemmTokens = 2;
+  static constexpr int kPairRows = 1;    // unused (no kBf16Pairs)
   static constexpr int kPairTokens = 2;  // unused (no kBf16Pairs)
   static constexpr int kUntransTokens = 4;
   static constexpr int kUntransVectors = 4;
