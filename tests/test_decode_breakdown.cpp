@@ -177,6 +177,20 @@ TEST_F(DecodeBreakdownTest, PrefillFlopsCountTheLmHeadOnce) {
   EXPECT_LT(r.prefill_flops_per_token, 2 * active);
 }
 
+// The latency runs read every weight once before timing, and say so with the rate.
+TEST_F(DecodeBreakdownTest, WeightsAreReadOnceBeforeTiming) {
+  Model& m = *model_;
+  EXPECT_GT(read_weights_once(m), 0.0);
+  LatencyOptions o;
+  o.input_len = 4;
+  o.output_len = 2;
+  o.iterations = 1;
+  o.measure_limits = false;
+  const LatencyResult r = run_latency_bench(m, o);
+  EXPECT_GT(r.first_read_rate, 0.0);
+  EXPECT_NE(format_latency_report(m, o, r).find("weights: read once before timing, at "), std::string::npos);
+}
+
 // Decode steps of several sequences: weights are read once a step, KV rows and (the expected
 // union of) routed experts per sequence, and the extrapolation is per token.
 TEST_F(DecodeBreakdownTest, BatchedSteps) {

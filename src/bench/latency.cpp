@@ -110,10 +110,36 @@ void check_options(const LatencyOptions& o) {
 
 }  // namespace
 
+double read_weights_once(Model& model) {
+  ReadPass pass;
+  const auto add = [&](const WeightMatrix& w) {
+    for (const std::span<const std::byte> s : w.storage())
+      if (!s.empty()) pass.push_back(s);
+  };
+  const auto add_mlp = [&](const MlpWeights& m) {
+    for (const WeightMatrix* w : {&m.gate, &m.up, &m.down}) add(*w);
+  };
+  const ModelWeights& mw = model.weights();
+  add(mw.embed);
+  for (const LayerWeights& L : mw.layers) {
+    const AttentionWeights& a = L.attn;
+    for (const WeightMatrix* w : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o}) add(*w);
+    if (L.dense) add_mlp(*L.dense);
+    if (L.moe) {
+      add(L.moe->router);
+      for (const MlpWeights& e : L.moe->experts) add_mlp(e);
+      if (L.moe->shared) add_mlp(*L.moe->shared);
+    }
+  }
+  if (mw.lm_head.data != mw.embed.data) add(mw.lm_head);  // tied: read once
+  return measure_read_rate(model.pool(), {pass});
+}
+
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   check_options(o);
   const std::vector<std::vector<int32_t>> prompts = bench_prompts(model.config(), o);
   LatencyResult r;
+  r.first_read_rate = read_weights_once(model);
   r.prefill_seconds = r.decode_seconds = 1e30;
   for (int it = 0; it < o.iterations; ++it) time_once(model, prompts, o, o.kv_cache_dtype, r);
   if (o.measure_limits) {
@@ -140,7 +166,10 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   check_options(o);
   if (variants.empty()) return;
   const std::vector<std::vector<int32_t>> prompts = bench_prompts(variants[0].model->config(), o);
-  for (LatencyVariant& v : variants) v.result.prefill_seconds = v.result.decode_seconds = 1e30;
+  for (LatencyVariant& v : variants) {
+    v.result.first_read_rate = read_weights_once(*v.model);
+    v.result.prefill_seconds = v.result.decode_seconds = 1e30;
+  }
   for (int it = 0; it < o.iterations; ++it)
     for (LatencyVariant& v : variants) time_once(*v.model, prompts, o, v.kv_cache_dtype, v.result, v.speculative);
   for (LatencyVariant& v : variants)
@@ -178,10 +207,11 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
   std::snprintf(line, sizeof line,
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
                 "kernels: %s\n"
-                "measured read bandwidth %.2f GB/s, matmul peak %s\n\n"
+                "measured read bandwidth %.2f GB/s, matmul peak %s; weights read once before timing "
+                "(%.2f GB/s, the first variant's)\n\n"
                 "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
                 variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
-                kernel_isa_summary().c_str(), base.read_bandwidth / 1e9, peaks.c_str(), w, "variant", "MB/token", "fewer", "KV B/token", "KV",
+                kernel_isa_summary().c_str(), base.read_bandwidth / 1e9, peaks.c_str(), base.first_read_rate / 1e9, w, "variant", "MB/token", "fewer", "KV B/token", "KV",
                 "decode tok/s", "ratio", "roofline", "prefill tok/s", "ratio", "roofline");
   out += line;
   for (const LatencyVariant& v : variants) {
@@ -254,6 +284,8 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 "threads: %d, input %lld tokens, output %lld tokens, best of %d\n"
                 "kernels: %s; %s\n"
                 "KV cache: %s, %.0f bytes per token\n"
+                "weights: read once before timing, at %.2f GB/s (a serving process has touched them all; a "
+                "fresh one's first touches can be slow)\n"
                 "prefill: %9.1f tokens/s  (%.3f s)  %7.2f GFLOP/s of a measured matmul peak of %.2f GFLOP/s "
                 "(%s activations) = %.1f%% of roofline\n"
                 "decode:  %9.1f tokens/s  (%.3f s)  %7.2f GB/s of a measured read bandwidth of %.2f GB/s "
@@ -263,7 +295,8 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 double(model.weights().active_bytes_per_token) / 1e6, model.num_threads(),
                 (long long)o.input_len, (long long)o.output_len, o.iterations, kernel_isa_summary().c_str(),
                 activation_summary(model.activation_plan()).c_str(),
-                std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.prefill_tokens_per_s,
+                std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.first_read_rate / 1e9,
+                r.prefill_tokens_per_s,
                 r.prefill_seconds, r.prefill_flops_per_token * r.prefill_tokens_per_s / 1e9,
                 r.matmul_peak_flops / 1e9, model.bf16_activations() ? "bf16" : "f32", 100.0 * r.prefill_roofline_fraction,
                 r.decode_tokens_per_s,

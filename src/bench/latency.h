@@ -53,10 +53,21 @@ struct LatencyResult {
   double prefill_flops_per_token = 0;  // 2 x active parameters, lm_head once per prompt (matmuls only)
   double read_bandwidth = 0;           // bytes/s, measured
   double matmul_peak_flops = 0;        // FLOP/s, measured
+  double first_read_rate = 0;          // bytes/s of the untimed first read of every weight (read_weights_once)
   double decode_roofline_fraction = 0;
   double prefill_roofline_fraction = 0;
   SpeculativeFigures speculative;        // with a --speculative-config variant
 };
+
+// Every weight matrix's bytes read once, untimed; returns the rate (bytes/s). The latency runs do
+// this first: a serving process has touched all of its weights, while a fresh one meets each
+// mapped page for the first time in whichever step routes to it, and on some virtual machines
+// that first touch costs far more than the read (this PVM guest: a decode step's worth of
+// never-read experts read at ~20 GB/s in a fresh process, ~50 once read). Without it
+// --breakdown's load-only read of the experts measured those first touches: 6.6-18 GB/s against
+// 23.6-24.8 with it, k25-int4, alternated
+// (bench/results/2026-12-07-avx2-prefill-tile-and-int4-decode-overlap.md).
+double read_weights_once(Model& model);
 
 LatencyResult run_latency_bench(Model& model, const LatencyOptions& options);
 
