@@ -166,8 +166,13 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
   check_options(o);
   if (variants.empty()) return;
   const std::vector<std::vector<int32_t>> prompts = bench_prompts(variants[0].model->config(), o);
-  for (LatencyVariant& v : variants) {
-    v.result.first_read_rate = read_weights_once(*v.model);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    LatencyVariant& v = variants[i];
+    // Variants of one model (KV dtypes, speculative configs) share its one read.
+    const auto same = std::find_if(variants.begin(), variants.begin() + std::ptrdiff_t(i),
+                                   [&](const LatencyVariant& u) { return u.model == v.model; });
+    v.result.first_read_rate = same != variants.begin() + std::ptrdiff_t(i) ? same->result.first_read_rate
+                                                                             : read_weights_once(*v.model);
     v.result.prefill_seconds = v.result.decode_seconds = 1e30;
   }
   for (int it = 0; it < o.iterations; ++it)
