@@ -412,6 +412,30 @@ TEST_P(KernelsIsa, SoftmaxMatchesDouble) {
   }
 }
 
+// The online softmax's step: e^(x - shift) in place against double, for a shift above, at and
+// below the block's max (a later block raised the max, or not yet), and the sum it returns.
+TEST_P(KernelsIsa, ExpShiftedMatchesDouble) {
+  Rng rng(31);
+  for (int64_t n : {1, 7, 16, 17, 33, 64, 250}) {
+    std::vector<float> x = random_floats(size_t(n), rng);
+    for (float& v : x) v *= 8.0f;
+    const float mx = *std::max_element(x.begin(), x.end());
+    for (float shift : {mx + 3.0f, mx, mx - 2.0f}) {
+      std::vector<float> y = x;
+      y.push_back(99.0f);  // guard
+      const float sum = exp_shifted_f32(y.data(), n, shift, isa());
+      ASSERT_EQ(y.back(), 99.0f) << "exp_shifted wrote past the end, n=" << n;
+      double want_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(double(x[size_t(i)] - shift));
+        want_sum += want;
+        ASSERT_NEAR(y[size_t(i)], want, 1e-6 * want + 1e-37) << "n=" << n << " i=" << i << " shift=" << shift;
+      }
+      EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << "n=" << n << " shift=" << shift;
+    }
+  }
+}
+
 // silu(g) * u over g in [-100, 100] (through e^x's whole float range and both clamps) against
 // double: within 1e-6 relative, or 1e-36 absolute where the value is below that; infinities and
 // NaN as the C library's expression gives them.

@@ -166,6 +166,65 @@ TEST_F(ReferenceLogits, NaivePrefillOverManyQueryBlocksMatchesAbsorbed) {
   model_->set_attention_mode(AttentionMode::Auto);
 }
 
+// Decode over contexts longer than the golden cases: the absorbed form then cuts a query's
+// context into chunks, one per thread, each leaving a partial softmax that a later region merges
+// (attention_absorbed.cpp). A 200-token prompt, then three decode steps in the absorbed form
+// against the naive one (which shares none of that), from the same prefilled cache.
+TEST_F(ReferenceLogits, AbsorbedDecodeSplitOverThreadsMatchesNaive) {
+  Rng rng(7);
+  std::vector<int32_t> ids(203);
+  for (int32_t& id : ids) id = int32_t(rng.next_u64() % uint64_t(vocab()));
+  const std::span<const int32_t> prompt = std::span<const int32_t>(ids).first(200);
+  std::vector<std::vector<float>> want, got;
+  for (AttentionMode mode : {AttentionMode::Naive, AttentionMode::Absorbed}) {
+    model_->set_attention_mode(AttentionMode::Naive);
+    KvCache cache = model_->new_cache(int64_t(ids.size()));
+    forward_sequence(*model_, prompt, cache);
+    model_->set_attention_mode(mode);
+    for (size_t t = prompt.size(); t < ids.size(); ++t)
+      (mode == AttentionMode::Naive ? want : got).push_back(forward_sequence(*model_, {&ids[t], 1}, cache));
+  }
+  model_->set_attention_mode(AttentionMode::Auto);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_LT(max_diff(got[i].data(), want[i].data(), size_t(vocab())), kTolerance) << "decode step " << i;
+}
+
+// Several sequences' decodes in one absorbed step share its regions: contexts of 161 and 31 rows
+// (the longer one cut in two chunks, the shorter whole) and one of 2, against each decoded alone
+// in the naive form.
+TEST_F(ReferenceLogits, AbsorbedBatchOfUnevenContextsMatchesEachAlone) {
+  Rng rng(9);
+  const std::vector<size_t> lengths = {160, 30, 1};
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t len : lengths) {
+    std::vector<int32_t>& p = prompts.emplace_back(len + 1);
+    for (int32_t& id : p) id = int32_t(rng.next_u64() % uint64_t(vocab()));
+  }
+  model_->set_attention_mode(AttentionMode::Absorbed);
+  std::vector<KvCache> batched, alone;
+  std::vector<std::vector<float>> want;
+  for (const std::vector<int32_t>& p : prompts) {
+    const std::span<const int32_t> ids(p);
+    for (std::vector<KvCache>* caches : {&batched, &alone}) {
+      caches->push_back(model_->new_cache(int64_t(p.size())));
+      forward_sequence(*model_, ids.first(p.size() - 1), caches->back());
+    }
+    model_->set_attention_mode(AttentionMode::Naive);
+    want.push_back(forward_sequence(*model_, ids.last(1), alone.back()));
+    model_->set_attention_mode(AttentionMode::Absorbed);
+  }
+  ForwardBatch step;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    step.seqs.push_back({.tokens = std::span<const int32_t>(prompts[i]).last(1), .kv = batched[i].view()});
+  const std::vector<float> got = model_->forward(step).logits;
+  model_->set_attention_mode(AttentionMode::Auto);
+  ASSERT_EQ(got.size(), prompts.size() * size_t(vocab()));
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_LT(max_diff(&got[i * size_t(vocab())], want[i].data(), size_t(vocab())), kTolerance)
+        << "sequence " << i << " (context " << lengths[i] + 1 << ")";
+}
+
 TEST_F(ReferenceLogits, BatchedSequencesMatch) {
   // All cases in one step, then one decode step for all of them together.
   std::vector<KvCache> caches;

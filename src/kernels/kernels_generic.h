@@ -675,6 +675,28 @@ typename Tr::V exp_poly(typename Tr::V x) {
   return Tr::exp_range(x, Tr::mul(p, Tr::pow2(n)), E::kLo, E::kHi);
 }
 
+// x[i] = e^(x[i] - shift) for i < n; returns their sum, added in f32 lanes (callers keep n to a
+// few hundred).
+template <class Tr>
+float exp_shifted(float* x, int64_t n, float shift) {
+  using V = typename Tr::V;
+  constexpr int64_t L = Tr::kLanes;
+  const V neg = Tr::set1(-shift);
+  V acc = Tr::zero();
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const V v = Tr::exp(Tr::add(Tr::load_x(x + j), neg));
+    Tr::store(x + j, v);
+    acc = Tr::add(acc, v);
+  }
+  if (j < n) {
+    const int len = int(n - j);
+    Tr::store_tail(x + j, Tr::exp(Tr::add(Tr::load_x_tail(x + j, len), neg)), len);
+    acc = Tr::add(acc, Tr::load_x_tail(x + j, len));  // zero-padded: only the len stored values
+  }
+  return Tr::reduce(acc);
+}
+
 // The exponentials of softmax are summed in f32 lanes over blocks of this many scores, the blocks'
 // sums in double: long contexts keep a double's accuracy at SIMD speed.
 constexpr int64_t kSoftmaxBlock = 256;
@@ -691,24 +713,9 @@ void softmax(float* x, int64_t n) {
     mx = Tr::reduce_max(m);
   }
   for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
-  const V neg_max = Tr::set1(-mx);
   double total = 0;
-  for (int64_t b = 0; b < n; b += kSoftmaxBlock) {
-    const int64_t e = n - b < kSoftmaxBlock ? n : b + kSoftmaxBlock;
-    V acc = Tr::zero();
-    int64_t j = b;
-    for (; j + L <= e; j += L) {
-      const V v = Tr::exp(Tr::add(Tr::load_x(x + j), neg_max));
-      Tr::store(x + j, v);
-      acc = Tr::add(acc, v);
-    }
-    if (j < e) {
-      const int len = int(e - j);
-      Tr::store_tail(x + j, Tr::exp(Tr::add(Tr::load_x_tail(x + j, len), neg_max)), len);
-      acc = Tr::add(acc, Tr::load_x_tail(x + j, len));  // zero-padded: only the len stored values
-    }
-    total += double(Tr::reduce(acc));
-  }
+  for (int64_t b = 0; b < n; b += kSoftmaxBlock)
+    total += double(exp_shifted<Tr>(x + b, (n - b < kSoftmaxBlock ? n - b : kSoftmaxBlock), mx));
   const V inv = Tr::set1(float(1.0 / total));
   for (i = 0; i + L <= n; i += L) Tr::store(x + i, Tr::mul(Tr::load_x(x + i), inv));
   if (i < n) Tr::store_tail(x + i, Tr::mul(Tr::load_x_tail(x + i, int(n - i)), inv), int(n - i));
@@ -734,7 +741,7 @@ constexpr KernelTable make_table(Isa isa) {
   return KernelTable{isa,           &matmul_rows<Tr>, &matmul_untransposed<Tr>, &convert_to_f32<Tr>,
                      &dot<Tr>,      &axpy<Tr>,        &sum<Tr>,                 &dot_bf16<Tr>,
                      &axpy_bf16<Tr>, &dot_e4m3<Tr>,   &axpy_e4m3<Tr>,           &e4m3_to_f32<Tr>,
-                     &mla_scores<Tr>, &mla_values<Tr>, &softmax<Tr>,    &silu_mul<Tr>};
+                     &mla_scores<Tr>, &mla_values<Tr>, &softmax<Tr>,    &exp_shifted<Tr>, &silu_mul<Tr>};
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ struct KernelTable {
   void (*mla_scores)(const MlaRows& rows, int nh, const float* q_lat, int64_t q_lat_stride, const float* q_rope,
                      int64_t q_rope_stride, float scale, float* scores, int64_t score_stride);
   void (*mla_values)(const MlaRows& rows, int nh, const float* p, int64_t p_stride, float* out, int64_t out_stride);
-  // vec_ops.h's softmax_f32 (n >= 1) and silu_mul_f32.
+  // vec_ops.h's softmax_f32 (n >= 1), exp_shifted_f32 and silu_mul_f32.
   void (*softmax)(float* x, int64_t n);
+  float (*exp_shifted)(float* x, int64_t n, float shift);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
 };
 

@@ -50,6 +50,9 @@ void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n) {
 void softmax_f32(float* x, int64_t n) {
   if (n > 0) kernels::best_kernels().softmax(x, n);
 }
+float exp_shifted_f32(float* x, int64_t n, float shift) {
+  return n > 0 ? kernels::best_kernels().exp_shifted(x, n, shift) : 0.0f;
+}
 void silu_mul_f32(float* gate, const float* up, int64_t n) {
   if (n > 0) kernels::best_kernels().silu_mul(gate, up, n);
 }
@@ -78,6 +81,10 @@ void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n, Isa isa) {
 void softmax_f32(float* x, int64_t n, Isa isa) {
   const kernels::KernelTable& k = kernels::kernels_for(isa);
   if (n > 0) k.softmax(x, n);
+}
+float exp_shifted_f32(float* x, int64_t n, float shift, Isa isa) {
+  const kernels::KernelTable& k = kernels::kernels_for(isa);
+  return n > 0 ? k.exp_shifted(x, n, shift) : 0.0f;
 }
 void silu_mul_f32(float* gate, const float* up, int64_t n, Isa isa) {
   const kernels::KernelTable& k = kernels::kernels_for(isa);

@@ -26,6 +26,9 @@ void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n);  // y = sc
 // double across blocks (long contexts). The SIMD exponential is within 1e-6 relative of e^x (the
 // tests' bound), 0 where e^x is below the smallest normal float (kernels_generic.h's ExpConstants).
 void softmax_f32(float* x, int64_t n);
+// In place: x[i] = e^(x[i] - shift), the same exponential; returns their sum (in f32: for blocks
+// of a few hundred scores, as an online softmax takes them).
+float exp_shifted_f32(float* x, int64_t n, float shift);
 // gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i]: the SwiGLU activation.
 void silu_mul_f32(float* gate, const float* up, int64_t n);
 
@@ -39,6 +42,7 @@ float dot_e4m3(const float* a, const uint8_t* b, int64_t n, Isa isa);
 void axpy_e4m3(float* y, float a, const uint8_t* x, int64_t n, Isa isa);
 void e4m3_to_f32(const uint8_t* x, float scale, float* y, int64_t n, Isa isa);
 void softmax_f32(float* x, int64_t n, Isa isa);
+float exp_shifted_f32(float* x, int64_t n, float shift, Isa isa);
 void silu_mul_f32(float* gate, const float* up, int64_t n, Isa isa);
 
 }  // namespace kimi

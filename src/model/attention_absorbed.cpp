@@ -1,0 +1,186 @@
+// The absorbed form of MLA attention (attention_forms.h): kv_b's key half folded into the query
+// (q_lat = q_nope . W_uk), scores and the probability-weighted sum taken over the cached latents
+// themselves, kv_b's value half applied to that sum once per query. Three parallel regions for
+// all the step's absorbed sequences together:
+//  1. q_lat, one head per task (each head's W_uk serves all the step's queries);
+//  2. the attention proper, one task per (query, chunk of its context): every head of the query
+//     over the chunk's rows, a tile of rows at a time, so that each row comes from memory once
+//     and serves all heads from L1 (the heads' groups take turns on the tile), with an online
+//     softmax across tiles. A context is cut into chunks only when there are fewer queries than
+//     threads (decode); each chunk then leaves a partial softmax (its max, its sum of
+//     exponentials, its unnormalised sum of latents), merged in region 3, as flash-decoding's
+//     split-KV does. So one decode step reads each layer's cache once over all threads, where one
+//     task per group of heads read it once per group;
+//  3. per head: the chunks' merge, then the value up-projection for all the step's queries.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "kernels/mla_kernels.h"
+#include "kernels/vec_ops.h"
+#include "model/attention_forms.h"
+
+namespace kimi::attention_forms {
+
+namespace {
+
+// A context is cut into chunks of at least this many rows: a chunk's fixed costs (its heads'
+// accumulators zeroed, stored and merged: H x lora floats each) stay small against its rows.
+constexpr int64_t kMinChunkRows = 64;
+// Rows a task takes at once (fewer at a cache block's end): each is loaded from memory by the
+// first group of heads and from L1 by the others (16 rows of the real model's f32 cache: 36 KiB).
+constexpr int64_t kTileRows = 16;
+
+// One query of the step: its batch row, its position (it sees cache rows [0, pos]), its cache,
+// and how its context is cut: `chunks` chunks of chunk_rows rows (the last one shorter); with more
+// than one, their partial softmaxes are in slots [first_partial, first_partial + chunks).
+struct Query {
+  int64_t row = 0, pos = 0;
+  const KvView* kv = nullptr;
+  int64_t chunks = 1, chunk_rows = 0, first_partial = -1;
+};
+
+// Cuts every query's context so that each thread has about one chunk's worth of rows: the chunk
+// size is the step's total rows over the threads (at least kMinChunkRows), rounded up to whole
+// tiles. With as many queries as threads or more, every context stays whole.
+int64_t plan_chunks(std::vector<Query>& queries, int threads) {
+  int64_t total = 0;
+  for (const Query& q : queries) total += q.pos + 1;
+  const int64_t target = std::max(kMinChunkRows, (total + threads - 1) / threads);
+  int64_t partials = 0;
+  for (Query& q : queries) {
+    const int64_t ctx = q.pos + 1;
+    const int64_t want = std::max<int64_t>(1, (ctx + target / 2) / target);  // to the nearest
+    q.chunk_rows = ((ctx + want - 1) / want + kTileRows - 1) / kTileRows * kTileRows;
+    q.chunks = (ctx + q.chunk_rows - 1) / q.chunk_rows;
+    if (q.chunks > 1) {
+      q.first_partial = partials;
+      partials += q.chunks;
+    }
+  }
+  return partials;
+}
+
+}  // namespace
+
+void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<const SeqSlice* const> seqs,
+                     const float* q, float scale, ThreadPool& pool, float* attn_out) {
+  std::vector<Query> queries;
+  for (const SeqSlice* s : seqs)
+    for (int64_t t = 0; t < s->n_tokens; ++t) queries.push_back({s->first_row + t, s->kv.length + t, &s->kv});
+  const int64_t n = int64_t(queries.size());
+  if (n == 0) return;
+  const int64_t partials = plan_chunks(queries, pool.size());
+  std::vector<std::pair<int64_t, int64_t>> tasks;  // (query, chunk)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < queries[size_t(i)].chunks; ++c) tasks.emplace_back(i, c);
+
+  // 1. q_lat[h, i] = q_nope[i, h] . W_uk[h]: the key up-projection moved onto the query.
+  const int64_t lat_head = n * d.lora;  // q_lat and o_lat are head-major: [H, n, lora]
+  std::vector<float> q_lat(size_t(d.H * lat_head));
+  pool.parallel_for(d.H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> nope(size_t(n * d.nope));
+    for (int64_t h = b; h < e; ++h) {
+      for (int64_t i = 0; i < n; ++i)
+        std::copy_n(q + (queries[size_t(i)].row * d.H + h) * d.qk, d.nope, &nope[size_t(i * d.nope)]);
+      matmul_untransposed(w.kv_b.row_slice(h * d.kvb_head, d.nope), nope.data(), n, &q_lat[size_t(h * lat_head)]);
+    }
+  });
+
+  // 2. Per task, every head's softmax-weighted sum of latents over the task's rows.
+  std::vector<float> o_lat(size_t(d.H * lat_head));
+  std::vector<float> part_sums(size_t(partials * d.H * d.lora)), part_max(size_t(partials * d.H));
+  std::vector<double> part_total(size_t(partials * d.H));
+  pool.parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
+    // Per head: a tile's scores (then probabilities), the running max and sum of exponentials,
+    // and the unnormalised sum of latents at that max.
+    constexpr int64_t T = kTileRows;
+    std::vector<float> p(size_t(d.H * T)), sums(size_t(d.H * d.lora)), mx(size_t(d.H));
+    std::vector<double> total(size_t(d.H));
+    for (int64_t t = b; t < e; ++t) {
+      const auto [i, c] = tasks[size_t(t)];
+      const Query& qi = queries[size_t(i)];
+      const float* ql = &q_lat[size_t(i * d.lora)];
+      const float* qr = q + qi.row * d.H * d.qk + d.nope;
+      std::fill(sums.begin(), sums.end(), 0.0f);
+      std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
+      std::fill(total.begin(), total.end(), 0.0);
+      const int64_t end = std::min(qi.pos + 1, (c + 1) * qi.chunk_rows);
+      for (int64_t j = c * qi.chunk_rows; j < end;) {
+        const MlaRows m = qi.kv->rows_in_block(layer, j, std::min(end, j + T));
+        for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
+          const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
+          mla_scores(m, nh, ql + g * lat_head, lat_head, qr + g * d.qk, d.qk, scale, &p[size_t(g * T)], T);
+        }
+        for (int64_t h = 0; h < d.H; ++h) {
+          float* ph = &p[size_t(h * T)];
+          const float top = *std::max_element(ph, ph + m.count);
+          float& run = mx[size_t(h)];
+          if (top > run) {
+            if (total[size_t(h)] > 0) {  // the earlier tiles' terms, rescaled to the new max
+              const float f = std::exp(run - top);
+              for (int64_t k = 0; k < d.lora; ++k) sums[size_t(h * d.lora + k)] *= f;
+              total[size_t(h)] *= double(f);
+            }
+            run = top;
+          }
+          total[size_t(h)] += double(exp_shifted_f32(ph, m.count, run));
+        }
+        for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
+          const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
+          mla_values(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
+        }
+        j += m.count;
+      }
+      if (qi.chunks == 1) {
+        for (int64_t h = 0; h < d.H; ++h) {
+          const float inv = float(1.0 / total[size_t(h)]);
+          float* o = &o_lat[size_t(h * lat_head + i * d.lora)];
+          for (int64_t k = 0; k < d.lora; ++k) o[k] = sums[size_t(h * d.lora + k)] * inv;
+        }
+      } else {
+        const int64_t slot = qi.first_partial + c;
+        std::copy(sums.begin(), sums.end(), &part_sums[size_t(slot * d.H * d.lora)]);
+        std::copy(mx.begin(), mx.end(), &part_max[size_t(slot * d.H)]);
+        std::copy(total.begin(), total.end(), &part_total[size_t(slot * d.H)]);
+      }
+    }
+  });
+
+  // 3. Per head: the chunks merged at their common max, then out[i, h] = W_uv[h] . o_lat[h, i]
+  // for all queries in one product (f32 activations: a product on this thread alone).
+  pool.parallel_for(d.H, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> out(size_t(n * d.v));
+    for (int64_t h = b; h < e; ++h) {
+      for (int64_t i = 0; i < n; ++i) {
+        const Query& qi = queries[size_t(i)];
+        if (qi.chunks == 1) continue;
+        float top = -std::numeric_limits<float>::infinity();
+        for (int64_t c = 0; c < qi.chunks; ++c) top = std::max(top, part_max[size_t((qi.first_partial + c) * d.H + h)]);
+        double all = 0;
+        for (int64_t c = 0; c < qi.chunks; ++c) {
+          const int64_t k = (qi.first_partial + c) * d.H + h;
+          all += part_total[size_t(k)] * std::exp(double(part_max[size_t(k)] - top));
+        }
+        float* o = &o_lat[size_t(h * lat_head + i * d.lora)];
+        std::fill(o, o + d.lora, 0.0f);
+        for (int64_t c = 0; c < qi.chunks; ++c) {
+          const int64_t k = (qi.first_partial + c) * d.H + h;
+          const float f = float(std::exp(double(part_max[size_t(k)] - top)) / all);
+          const float* src = &part_sums[size_t(k * d.lora)];
+          for (int64_t x = 0; x < d.lora; ++x) o[x] += src[x] * f;
+        }
+      }
+      WeightMatrix uv = w.kv_b.row_slice(h * d.kvb_head + d.nope, d.v);
+      uv.act_quant = ActivationQuant::None;
+      matmul_on_thread(uv, &o_lat[size_t(h * lat_head)], n, out.data());
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(attn_out + (queries[size_t(i)].row * d.H + h) * d.v, &out[size_t(i * d.v)], size_t(d.v) * 4);
+    }
+  });
+}
+
+}  // namespace kimi::attention_forms
