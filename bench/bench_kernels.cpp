@@ -22,6 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/bf16_dot.h"
 #include "kernels/matmul.h"
+#include "kernels/mla_kernels.h"
 #include "kernels/vec_ops.h"
 
 namespace kimi {
@@ -329,6 +330,47 @@ void BM_ExpertBatch(benchmark::State& state) {
   state.SetLabel(bf16 ? "bf16 act" : "f32 act");
 }
 
+// Args: cache dtype (0 float32, 1 bfloat16), isa. The absorbed attention's inner loop for one
+// decode query of the real model (64 heads, lora 512, rope 64) over 1024 cached rows, as
+// model/attention_absorbed.cpp runs it: per tile of 16 rows, the scores of the 8 groups of 8
+// heads, then their probability-weighted sums of the latents. The rows (2.3 MiB in f32) stay in
+// the last-level cache: the figure is the kernels' multiply-add rate (counter MACs, per second),
+// the bound of a long context's decode once the cache is read once per step.
+void BM_MlaTiles(benchmark::State& state) {
+  const bool bf16 = state.range(0) != 0;
+  const auto isa = Isa(state.range(1));
+  if (skip_unsupported(state, isa)) return;
+  constexpr int64_t kRows = 1024, kHeads = 64, kLora = 512, kRope = 64, kTile = 16;
+  const int64_t width = kLora + kRope, elem = bf16 ? 2 : 4;
+  const std::vector<float> values = activations(kRows * width);
+  std::vector<std::byte> rows(size_t(kRows * width * elem));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (bf16) {
+      const uint16_t b = f32_to_bf16(values[i]);
+      std::memcpy(&rows[i * 2], &b, 2);
+    } else {
+      std::memcpy(&rows[i * 4], &values[i], 4);
+    }
+  }
+  const std::vector<float> q_lat = activations(kHeads * kLora), q_rope = activations(kHeads * kRope);
+  std::vector<float> p(size_t(kHeads * kTile)), out(size_t(kHeads * kLora));
+  for (auto _ : state) {
+    for (int64_t j = 0; j < kRows; j += kTile) {
+      MlaRows m{bf16 ? KvRowElem::BF16 : KvRowElem::F32, &rows[size_t(j * width * elem)], width * elem, kTile,
+                kLora, kRope, 0};
+      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads)
+        mla_scores(m, kMlaMaxHeads, &q_lat[size_t(g * kLora)], kLora, &q_rope[size_t(g * kRope)], kRope, 0.01f,
+                   &p[size_t(g * kTile)], kTile, isa);
+      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads)
+        mla_values(m, kMlaMaxHeads, &p[size_t(g * kTile)], kTile, &out[size_t(g * kLora)], kLora, isa);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["MACs"] = benchmark::Counter(double(state.iterations()) * double(kRows * kHeads * (width + kLora)),
+                                              benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(isa_name(isa)) + (bf16 ? " bf16 cache" : " f32 cache"));
+}
+
 // Args: n, isa. Softmax over n attention scores (one head at n positions of context) and SwiGLU
 // over n intermediates, in place; scalar is the C library's exp, the baseline of the SIMD ones.
 // Each call works on the last one's output (restoring the input would cost more than a short
@@ -454,6 +496,7 @@ BENCHMARK(BM_ExpertBatch)
     ->ArgsProduct({{4}, {1024}, {512}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+BENCHMARK(BM_MlaTiles)->ArgNames({"bf16", "isa"})->ArgsProduct({{0, 1}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);
 // Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
 // routed experts (8 x 2048) and of mini's dense layer (512).
 BENCHMARK(BM_Softmax)->ArgNames({"n", "isa"})->ArgsProduct({{64, 8192}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);

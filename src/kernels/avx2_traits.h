@@ -28,6 +28,7 @@ struct Avx2Traits {
   static constexpr int kPairTokens = 3;
   static constexpr int kUntransTokens = 2;
   static constexpr int kUntransVectors = 4;
+  static constexpr int kMlaAccumulators = 8;  // the MLA tiles (mla_generic.h), with their loads
 
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float a) { return _mm256_set1_ps(a); }
@@ -66,6 +67,10 @@ struct Avx2Traits {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
   }
   static V load_x(const float* p) { return _mm256_loadu_ps(p); }
+  static V in_register(V v) {  // as Avx512Traits::in_register
+    asm("" : "+x"(v));
+    return v;
+  }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   // AVX2 has no 16-bit masked loads: ragged ends go through a zero-padded copy (once per row).
   static V load_x_tail(const float* p, int len) {

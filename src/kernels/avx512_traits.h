@@ -33,6 +33,9 @@ struct Avx512Traits {
   static constexpr int kPairTokens = 5;
   static constexpr int kUntransTokens = 4;
   static constexpr int kUntransVectors = 4;
+  // The MLA tiles (mla_generic.h): 16 accumulators, so that a row vector serves 2 rows x 8 heads'
+  // FMAs per query load (8 left the loop bound by its loads).
+  static constexpr int kMlaAccumulators = 16;
 
   static __mmask16 mask(int len) { return __mmask16((1u << len) - 1u); }
 
@@ -74,6 +77,12 @@ struct Avx512Traits {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }
   static V load_x(const float* p) { return _mm512_loadu_ps(p); }
+  // v held in a register: GCC otherwise folds a load that several FMAs share into each of them as
+  // a memory operand, one load each (the MLA score tile ran bound by those loads).
+  static V in_register(V v) {
+    asm("" : "+v"(v));
+    return v;
+  }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   // Masked loads neither read nor fault on the lanes past the end.
   static V load_x_tail(const float* p, int len) { return _mm512_maskz_loadu_ps(mask(len), p); }

@@ -47,6 +47,7 @@ struct ScalarTraits {
   static constexpr int kPairTokens = 2;  // unused (no kBf16Pairs)
   static constexpr int kUntransTokens = 4;
   static constexpr int kUntransVectors = 4;
+  static constexpr int kMlaAccumulators = 8;
 
   static V zero() { return 0.0f; }
   static V set1(float a) { return a; }
@@ -67,6 +68,7 @@ struct ScalarTraits {
   // Pairs of bf16 would not save anything here: widening one scalar is already a single shift.
   static constexpr bool kBf16Pairs = false;
   static V load_x(const float* p) { return *p; }
+  static V in_register(V v) { return v; }
   static V load_x_tail(const float* p, int len) { return len > 0 ? *p : 0.0f; }
   static void store(float* p, V v) { *p = v; }
   static void store_tail(float* p, V v, int len) {

@@ -3,12 +3,14 @@
 // kernels_generic.h (included from there, instantiated by each ISA's source file). Internal
 // linkage throughout, for the reason kernels_generic.h gives.
 //
-// Scores: R rows at once against NH heads, R * NH accumulators (<= 8, so that an AVX2 core's
-// two FMA pipes have eight independent chains to fill their latency) while every row vector is
-// loaded once and every query vector once per R rows.
+// Scores: R rows at once against NH heads, R * NH accumulators (up to the traits'
+// kMlaAccumulators: 8 fill an AVX2 core's two FMA pipes and leave room for the loaded vectors in
+// its 16 registers; AVX-512's 32 hold 16, which halves the query loads per FMA) while every row
+// vector is loaded once and every query vector once per R rows.
 // Values: a tile of kValueTile rows (small enough to stay in L1 across the passes) is added into
-// C output vectors of each of NH heads held in registers; every row vector is loaded once per
-// tile and each output vector read and written once per tile, not once per row.
+// C output vectors of each of NH heads held in registers (NH * C <= kMlaAccumulators); every row
+// vector is loaded once per tile and each output vector read and written once per tile, not once
+// per row.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -58,6 +60,14 @@ struct MlaE4m3 {
   }
 };
 
+// Rows (scores) or output vectors (values) per head in one register tile: NH times it is at most
+// kMlaAccumulators, a power of two.
+template <class Tr, int NH>
+constexpr int mla_tile_width() {
+  constexpr int a = Tr::kMlaAccumulators;
+  return NH >= 5 ? a / 8 : NH >= 3 ? a / 4 : a / 2;
+}
+
 // out[k] = sum of acc[k]'s lanes, k < N.
 template <class Tr, int N>
 inline void mla_reduce(const typename Tr::V* acc, float* out) {
@@ -77,7 +87,7 @@ inline void mla_dot_part(const std::byte* const* row, int64_t off, const float* 
     V v[R];
     for (int r = 0; r < R; ++r) v[r] = El::load(row[r], off + i);
     for (int g = 0; g < NH; ++g) {
-      const V qv = Tr::load_x(q + g * qs + i);
+      const V qv = Tr::in_register(Tr::load_x(q + g * qs + i));  // one load for its R FMAs
       for (int r = 0; r < R; ++r) acc[r * NH + g] = Tr::fma(qv, v[r], acc[r * NH + g]);
     }
   }
@@ -124,7 +134,7 @@ void mla_scores_rows(const MlaRows& m, int64_t j, const float* ql, int64_t qls, 
 template <class Tr, class El, int NH>
 void mla_scores_nh(const MlaRows& m, const float* ql, int64_t qls, const float* qr, int64_t qrs, float scale,
                    float* scores, int64_t ss) {
-  constexpr int R = NH >= 5 ? 1 : NH >= 3 ? 2 : 4;
+  constexpr int R = mla_tile_width<Tr, NH>();
   int64_t j = 0;
   for (; j + R <= m.count; j += R) mla_scores_rows<Tr, El, NH, R>(m, j, ql, qls, qr, qrs, scale, scores, ss);
   for (; j < m.count; ++j) mla_scores_rows<Tr, El, NH, 1>(m, j, ql, qls, qr, qrs, scale, scores, ss);
@@ -148,7 +158,7 @@ inline void mla_values_pass(const MlaRows& m, int64_t j0, int64_t jn, const floa
     V v[C];
     for (int c = 0; c < C; ++c) v[c] = Tail ? El::load_tail(row, i, len) : El::load(row, i + c * L);
     for (int g = 0; g < NH; ++g) {
-      const V p = Tr::set1(pw[g * kValueTile + j]);
+      const V p = Tr::in_register(Tr::set1(pw[g * kValueTile + j]));  // one broadcast for its C FMAs
       for (int c = 0; c < C; ++c) acc[g * C + c] = Tr::fma(p, v[c], acc[g * C + c]);
     }
   }
@@ -163,7 +173,7 @@ inline void mla_values_pass(const MlaRows& m, int64_t j0, int64_t jn, const floa
 
 template <class Tr, class El, int NH>
 void mla_values_nh(const MlaRows& m, const float* p, int64_t ps, float* out, int64_t os) {
-  constexpr int C = NH >= 5 ? 1 : NH >= 3 ? 2 : 4;
+  constexpr int C = mla_tile_width<Tr, NH>();
   constexpr int64_t L = Tr::kLanes;
   float pw[NH * kValueTile];
   for (int64_t j0 = 0; j0 < m.count; j0 += kValueTile) {
@@ -179,10 +189,25 @@ void mla_values_nh(const MlaRows& m, const float* p, int64_t ps, float* out, int
   }
 }
 
+// Heads one tile takes where more would leave it one row (or output vector) per head: past this
+// many, the heads go in two tiles of up to this many, each loading the rows again (from L1), so
+// that a query vector serves two rows. AVX2 (8 accumulators) then loads 6 vectors per 8 FMAs
+// where one tile of 8 heads loaded 9; AVX-512's tiles already take 8 heads x 2.
+template <class Tr>
+constexpr int mla_split_heads() {
+  return Tr::kMlaAccumulators / 2;
+}
+
 // Run-time nh and element type to the instantiations above.
 template <class Tr, class El>
 void mla_scores_el(const MlaRows& m, int nh, const float* ql, int64_t qls, const float* qr, int64_t qrs,
                    float scale, float* scores, int64_t ss) {
+  constexpr int split = mla_split_heads<Tr>();
+  if (nh > split) {
+    mla_scores_el<Tr, El>(m, split, ql, qls, qr, qrs, scale, scores, ss);
+    return mla_scores_el<Tr, El>(m, nh - split, ql + split * qls, qls, qr + split * qrs, qrs, scale,
+                                 scores + split * ss, ss);
+  }
   switch (nh) {
     case 1: return mla_scores_nh<Tr, El, 1>(m, ql, qls, qr, qrs, scale, scores, ss);
     case 2: return mla_scores_nh<Tr, El, 2>(m, ql, qls, qr, qrs, scale, scores, ss);
@@ -197,6 +222,11 @@ void mla_scores_el(const MlaRows& m, int nh, const float* ql, int64_t qls, const
 
 template <class Tr, class El>
 void mla_values_el(const MlaRows& m, int nh, const float* p, int64_t ps, float* out, int64_t os) {
+  constexpr int split = mla_split_heads<Tr>();
+  if (nh > split) {
+    mla_values_el<Tr, El>(m, split, p, ps, out, os);
+    return mla_values_el<Tr, El>(m, nh - split, p + split * ps, ps, out + split * os, os);
+  }
   switch (nh) {
     case 1: return mla_values_nh<Tr, El, 1>(m, p, ps, out, os);
     case 2: return mla_values_nh<Tr, El, 2>(m, p, ps, out, os);
