@@ -190,6 +190,26 @@ TEST_F(ReferenceLogits, AbsorbedDecodeSplitOverThreadsMatchesNaive) {
     EXPECT_LT(max_diff(got[i].data(), want[i].data(), size_t(vocab())), kTolerance) << "decode step " << i;
 }
 
+// A prefill run absorbed takes its queries in blocks of 256 (attention_absorbed.cpp bounds its
+// buffers so): 300 tokens in one step, every row against the naive form.
+TEST_F(ReferenceLogits, AbsorbedPrefillOverSeveralQueryBlocksMatchesNaive) {
+  Rng rng(11);
+  std::vector<int32_t> ids(300);
+  for (int32_t& id : ids) id = int32_t(rng.next_u64() % uint64_t(vocab()));
+  std::vector<float> want, got;
+  for (AttentionMode mode : {AttentionMode::Naive, AttentionMode::Absorbed}) {
+    model_->set_attention_mode(mode);
+    KvCache cache = model_->new_cache(int64_t(ids.size()));
+    (mode == AttentionMode::Naive ? want : got) = forward_sequence(*model_, ids, cache, true);
+  }
+  model_->set_attention_mode(AttentionMode::Auto);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const float d = max_diff(&got[r * size_t(vocab())], &want[r * size_t(vocab())], size_t(vocab()));
+    EXPECT_LT(d, kTolerance) << "position " << r << " differs by " << d;
+  }
+}
+
 // Several sequences' decodes in one absorbed step share its regions: contexts of 161 and 31 rows
 // (the longer one cut in two chunks, the shorter whole) and one of 2, against each decoded alone
 // in the naive form.

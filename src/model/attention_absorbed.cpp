@@ -1,7 +1,7 @@
 // The absorbed form of MLA attention (attention_forms.h): kv_b's key half folded into the query
 // (q_lat = q_nope . W_uk), scores and the probability-weighted sum taken over the cached latents
 // themselves, kv_b's value half applied to that sum once per query. Three parallel regions for
-// all the step's absorbed sequences together:
+// all the step's absorbed sequences together (per kQueryBlock queries):
 //  1. q_lat, one head per task (each head's W_uk serves all the step's queries);
 //  2. the attention proper, one task per (query, chunk of its context): every head of the query
 //     over the chunk's rows, a tile of rows at a time, so that each row comes from memory once
@@ -30,6 +30,9 @@ namespace {
 // A context is cut into chunks of at least this many rows: a chunk's fixed costs (its heads'
 // accumulators zeroed, stored and merged: H x lora floats each) stay small against its rows.
 constexpr int64_t kMinChunkRows = 64;
+// Queries taken together (all of a decode batch's up to this many): bounds q_lat and o_lat, each
+// [H, queries, lora] floats (32 MiB at the real 64 heads), when a long prefill runs absorbed.
+constexpr size_t kQueryBlock = 256;
 // Rows a task takes at once (fewer at a cache block's end): each is loaded from memory by the
 // first group of heads and from L1 by the others (16 rows of the real model's f32 cache: 36 KiB).
 constexpr int64_t kTileRows = 16;
@@ -46,7 +49,7 @@ struct Query {
 // Cuts every query's context so that each thread has about one chunk's worth of rows: the chunk
 // size is the step's total rows over the threads (at least kMinChunkRows), rounded up to whole
 // tiles. With as many queries as threads or more, every context stays whole.
-int64_t plan_chunks(std::vector<Query>& queries, int threads) {
+int64_t plan_chunks(std::span<Query> queries, int threads) {
   int64_t total = 0;
   for (const Query& q : queries) total += q.pos + 1;
   const int64_t target = std::max(kMinChunkRows, (total + threads - 1) / threads);
@@ -64,15 +67,10 @@ int64_t plan_chunks(std::vector<Query>& queries, int threads) {
   return partials;
 }
 
-}  // namespace
-
-void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<const SeqSlice* const> seqs,
-                     const float* q, float scale, ThreadPool& pool, float* attn_out) {
-  std::vector<Query> queries;
-  for (const SeqSlice* s : seqs)
-    for (int64_t t = 0; t < s->n_tokens; ++t) queries.push_back({s->first_row + t, s->kv.length + t, &s->kv});
+// The three regions for one block of queries.
+void attend_block(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<Query> queries, const float* q,
+                  float scale, ThreadPool& pool, float* attn_out) {
   const int64_t n = int64_t(queries.size());
-  if (n == 0) return;
   const int64_t partials = plan_chunks(queries, pool.size());
   std::vector<std::pair<int64_t, int64_t>> tasks;  // (query, chunk)
   for (int64_t i = 0; i < n; ++i)
@@ -181,6 +179,18 @@ void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, st
         std::memcpy(attn_out + (queries[size_t(i)].row * d.H + h) * d.v, &out[size_t(i * d.v)], size_t(d.v) * 4);
     }
   });
+}
+
+}  // namespace
+
+void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<const SeqSlice* const> seqs,
+                     const float* q, float scale, ThreadPool& pool, float* attn_out) {
+  std::vector<Query> queries;
+  for (const SeqSlice* s : seqs)
+    for (int64_t t = 0; t < s->n_tokens; ++t) queries.push_back({s->first_row + t, s->kv.length + t, &s->kv});
+  const std::span<Query> all(queries);
+  for (size_t b = 0; b < all.size(); b += kQueryBlock)
+    attend_block(d, w, layer, all.subspan(b, std::min(all.size() - b, kQueryBlock)), q, scale, pool, attn_out);
 }
 
 }  // namespace kimi::attention_forms

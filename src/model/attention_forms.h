@@ -26,7 +26,8 @@ struct Dims {
 // its sequences' rows of attn_out [n_rows, H, v]. expansion_rows as mla_attention's.
 void attend_naive(const Dims& d, const AttentionWeights& w, int64_t layer, const SeqSlice& s, const float* q,
                   float scale, int64_t expansion_rows, ThreadPool& pool, float* attn_out);
-// Every sequence of `seqs` at once (three parallel regions in all, whatever their number).
+// Every sequence of `seqs` at once: three parallel regions in all, whatever their number (per 256
+// queries: a decode batch of up to 256 sequences, or blocks of a prefill run absorbed).
 void attend_absorbed(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<const SeqSlice* const> seqs,
                      const float* q, float scale, ThreadPool& pool, float* attn_out);
 
