@@ -67,6 +67,89 @@ int64_t plan_chunks(std::span<Query> queries, int threads) {
   return partials;
 }
 
+// One task's online softmax over a chunk of a query's context, every head at once: per head the
+// running max of its scores, the sum of e^(score - max) and the unnormalised sum of latents at
+// that max; a tile's scores (then probabilities) in between.
+struct ChunkSoftmax {
+  std::vector<float> p, sums, max;
+  std::vector<double> total;
+  explicit ChunkSoftmax(const Dims& d)
+      : p(size_t(d.H * kTileRows)), sums(size_t(d.H * d.lora)), max(size_t(d.H)), total(size_t(d.H)) {}
+
+  // Chunk c of query qi; head h's q_lat at ql + h * ql_stride, its rope query at qr + h * qk.
+  void attend(const Dims& d, int64_t layer, const Query& qi, int64_t c, const float* ql, int64_t ql_stride,
+              const float* qr, float scale) {
+    constexpr int64_t T = kTileRows;
+    std::fill(sums.begin(), sums.end(), 0.0f);
+    std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
+    std::fill(total.begin(), total.end(), 0.0);
+    const int64_t end = std::min(qi.pos + 1, (c + 1) * qi.chunk_rows);
+    for (int64_t j = c * qi.chunk_rows; j < end;) {
+      const MlaRows m = qi.kv->rows_in_block(layer, j, std::min(end, j + T));
+      for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
+        const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
+        mla_scores(m, nh, ql + g * ql_stride, ql_stride, qr + g * d.qk, d.qk, scale, &p[size_t(g * T)], T);
+      }
+      for (int64_t h = 0; h < d.H; ++h) {
+        float* ph = &p[size_t(h * T)];
+        const float top = *std::max_element(ph, ph + m.count);
+        float& run = max[size_t(h)];
+        if (top > run) {
+          if (total[size_t(h)] > 0) {  // the earlier tiles' terms, rescaled to the new max
+            const float f = std::exp(run - top);
+            for (int64_t k = 0; k < d.lora; ++k) sums[size_t(h * d.lora + k)] *= f;
+            total[size_t(h)] *= double(f);
+          }
+          run = top;
+        }
+        total[size_t(h)] += double(exp_shifted_f32(ph, m.count, run));
+      }
+      for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
+        const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
+        mla_values(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
+      }
+      j += m.count;
+    }
+  }
+
+  // The whole context's result: head h's softmax-weighted latent sum at out + h * out_stride.
+  void normalised(const Dims& d, float* out, int64_t out_stride) const {
+    for (int64_t h = 0; h < d.H; ++h) {
+      const float inv = float(1.0 / total[size_t(h)]);
+      for (int64_t k = 0; k < d.lora; ++k) out[h * out_stride + k] = sums[size_t(h * d.lora + k)] * inv;
+    }
+  }
+};
+
+// The chunks' partial softmaxes (ChunkSoftmax's state), slot by slot: [slot, H, lora] sums,
+// [slot, H] maxima and totals.
+struct Partials {
+  std::vector<float> sums, max;
+  std::vector<double> total;
+  Partials(const Dims& d, int64_t slots)
+      : sums(size_t(slots * d.H * d.lora)), max(size_t(slots * d.H)), total(size_t(slots * d.H)) {}
+
+  void store(int64_t slot, const ChunkSoftmax& cs) {
+    std::copy(cs.sums.begin(), cs.sums.end(), sums.begin() + ptrdiff_t(slot) * ptrdiff_t(cs.sums.size()));
+    std::copy(cs.max.begin(), cs.max.end(), max.begin() + ptrdiff_t(slot) * ptrdiff_t(cs.max.size()));
+    std::copy(cs.total.begin(), cs.total.end(), total.begin() + ptrdiff_t(slot) * ptrdiff_t(cs.total.size()));
+  }
+  // Head h of query qi, its chunks' sums rescaled to their common max and normalised: out[lora].
+  void merge(const Dims& d, const Query& qi, int64_t h, float* out) const {
+    const auto at = [&](int64_t c) { return size_t((qi.first_partial + c) * d.H + h); };
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < qi.chunks; ++c) top = std::max(top, max[at(c)]);
+    double all = 0;
+    for (int64_t c = 0; c < qi.chunks; ++c) all += total[at(c)] * std::exp(double(max[at(c)] - top));
+    std::fill(out, out + d.lora, 0.0f);
+    for (int64_t c = 0; c < qi.chunks; ++c) {
+      const float f = float(std::exp(double(max[at(c)] - top)) / all);
+      const float* src = &sums[at(c) * size_t(d.lora)];
+      for (int64_t k = 0; k < d.lora; ++k) out[k] += src[k] * f;
+    }
+  }
+};
+
 // The three regions for one block of queries.
 void attend_block(const Dims& d, const AttentionWeights& w, int64_t layer, std::span<Query> queries, const float* q,
                   float scale, ThreadPool& pool, float* attn_out) {
@@ -90,60 +173,17 @@ void attend_block(const Dims& d, const AttentionWeights& w, int64_t layer, std::
 
   // 2. Per task, every head's softmax-weighted sum of latents over the task's rows.
   std::vector<float> o_lat(size_t(d.H * lat_head));
-  std::vector<float> part_sums(size_t(partials * d.H * d.lora)), part_max(size_t(partials * d.H));
-  std::vector<double> part_total(size_t(partials * d.H));
+  Partials parts(d, partials);
   pool.parallel_for(int64_t(tasks.size()), 1, [&](int64_t b, int64_t e) {
-    // Per head: a tile's scores (then probabilities), the running max and sum of exponentials,
-    // and the unnormalised sum of latents at that max.
-    constexpr int64_t T = kTileRows;
-    std::vector<float> p(size_t(d.H * T)), sums(size_t(d.H * d.lora)), mx(size_t(d.H));
-    std::vector<double> total(size_t(d.H));
+    ChunkSoftmax cs(d);
     for (int64_t t = b; t < e; ++t) {
       const auto [i, c] = tasks[size_t(t)];
       const Query& qi = queries[size_t(i)];
-      const float* ql = &q_lat[size_t(i * d.lora)];
-      const float* qr = q + qi.row * d.H * d.qk + d.nope;
-      std::fill(sums.begin(), sums.end(), 0.0f);
-      std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
-      std::fill(total.begin(), total.end(), 0.0);
-      const int64_t end = std::min(qi.pos + 1, (c + 1) * qi.chunk_rows);
-      for (int64_t j = c * qi.chunk_rows; j < end;) {
-        const MlaRows m = qi.kv->rows_in_block(layer, j, std::min(end, j + T));
-        for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
-          const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
-          mla_scores(m, nh, ql + g * lat_head, lat_head, qr + g * d.qk, d.qk, scale, &p[size_t(g * T)], T);
-        }
-        for (int64_t h = 0; h < d.H; ++h) {
-          float* ph = &p[size_t(h * T)];
-          const float top = *std::max_element(ph, ph + m.count);
-          float& run = mx[size_t(h)];
-          if (top > run) {
-            if (total[size_t(h)] > 0) {  // the earlier tiles' terms, rescaled to the new max
-              const float f = std::exp(run - top);
-              for (int64_t k = 0; k < d.lora; ++k) sums[size_t(h * d.lora + k)] *= f;
-              total[size_t(h)] *= double(f);
-            }
-            run = top;
-          }
-          total[size_t(h)] += double(exp_shifted_f32(ph, m.count, run));
-        }
-        for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
-          const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
-          mla_values(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
-        }
-        j += m.count;
-      }
+      cs.attend(d, layer, qi, c, &q_lat[size_t(i * d.lora)], lat_head, q + qi.row * d.H * d.qk + d.nope, scale);
       if (qi.chunks == 1) {
-        for (int64_t h = 0; h < d.H; ++h) {
-          const float inv = float(1.0 / total[size_t(h)]);
-          float* o = &o_lat[size_t(h * lat_head + i * d.lora)];
-          for (int64_t k = 0; k < d.lora; ++k) o[k] = sums[size_t(h * d.lora + k)] * inv;
-        }
+        cs.normalised(d, &o_lat[size_t(i * d.lora)], lat_head);
       } else {
-        const int64_t slot = qi.first_partial + c;
-        std::copy(sums.begin(), sums.end(), &part_sums[size_t(slot * d.H * d.lora)]);
-        std::copy(mx.begin(), mx.end(), &part_max[size_t(slot * d.H)]);
-        std::copy(total.begin(), total.end(), &part_total[size_t(slot * d.H)]);
+        parts.store(qi.first_partial + c, cs);
       }
     }
   });
@@ -155,22 +195,7 @@ void attend_block(const Dims& d, const AttentionWeights& w, int64_t layer, std::
     for (int64_t h = b; h < e; ++h) {
       for (int64_t i = 0; i < n; ++i) {
         const Query& qi = queries[size_t(i)];
-        if (qi.chunks == 1) continue;
-        float top = -std::numeric_limits<float>::infinity();
-        for (int64_t c = 0; c < qi.chunks; ++c) top = std::max(top, part_max[size_t((qi.first_partial + c) * d.H + h)]);
-        double all = 0;
-        for (int64_t c = 0; c < qi.chunks; ++c) {
-          const int64_t k = (qi.first_partial + c) * d.H + h;
-          all += part_total[size_t(k)] * std::exp(double(part_max[size_t(k)] - top));
-        }
-        float* o = &o_lat[size_t(h * lat_head + i * d.lora)];
-        std::fill(o, o + d.lora, 0.0f);
-        for (int64_t c = 0; c < qi.chunks; ++c) {
-          const int64_t k = (qi.first_partial + c) * d.H + h;
-          const float f = float(std::exp(double(part_max[size_t(k)] - top)) / all);
-          const float* src = &part_sums[size_t(k * d.lora)];
-          for (int64_t x = 0; x < d.lora; ++x) o[x] += src[x] * f;
-        }
+        if (qi.chunks > 1) parts.merge(d, qi, h, &o_lat[size_t(h * lat_head + i * d.lora)]);
       }
       WeightMatrix uv = w.kv_b.row_slice(h * d.kvb_head + d.nope, d.v);
       uv.act_quant = ActivationQuant::None;
