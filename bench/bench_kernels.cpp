@@ -474,6 +474,8 @@ BENCHMARK(BM_Gemm)
 BENCHMARK(BM_Bf16Activations)
     ->ArgNames({"rows", "cols", "n", "cold", "act"})
     ->ArgsProduct({{2048}, {7168}, {1, 4, 12, 64}, {1}, {0, 1}})
+    ->Args({7168, 2048, 1, 1, 0})
+    ->Args({7168, 2048, 1, 1, 1})
     ->Args({8192, 1024, 1, 1, 0})
     ->Args({8192, 1024, 1, 1, 1})
     ->Args({16384, 512, 1, 1, 0})
@@ -496,7 +498,10 @@ BENCHMARK(BM_ExpertBatch)
     ->ArgsProduct({{4}, {1024}, {512}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
-BENCHMARK(BM_MlaTiles)->ArgNames({"bf16", "isa"})->ArgsProduct({{0, 1}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MlaTiles)
+    ->ArgNames({"bf16", "isa"})
+    ->ArgsProduct({{0, 1}, {kScalar, kAvx2, kAvx512}})
+    ->Unit(benchmark::kMicrosecond);
 // Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
 // routed experts (8 x 2048) and of mini's dense layer (512).
 BENCHMARK(BM_Softmax)->ArgNames({"n", "isa"})->ArgsProduct({{64, 8192}, {kScalar, kAvx2, kAvx512}})->Unit(benchmark::kMicrosecond);

@@ -27,7 +27,13 @@ constexpr int64_t kShortRowBytes = 2048;
 // Software prefetch distance per weight row, in bf16 elements (4 KiB). This loop takes 64 bytes
 // per VDPBF16PS, so the f32 kernels' 768 bytes left it waiting on DRAM: on Zen 5, `small`'s
 // cold expert batches 0.85x the time and its decode 1.13x faster with 4 KiB (2 KiB: 0.93-0.97x).
+// Rows of 4 KiB or more (the real model's 2048-7168 columns) prefetch 1 KiB ahead instead: there
+// 4 KiB ahead was a page ahead in each of a tile's rows, and cold [7168 x 2048] took 1.2-1.75x
+// the time of 1 KiB, [2048 x 7168] 1.03-1.6x; the short rows' 4 KiB (which reaches the next
+// tile's rows) stays best for them (bench/results/2026-12-07-absorbed-attention-split-kv.md).
 constexpr int64_t kBf16PrefetchAhead = 2048;
+constexpr int64_t kBf16PrefetchAheadLongRows = 512;
+constexpr int64_t kBf16LongRowCols = 2048;
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh&>(v); }
 
@@ -53,8 +59,9 @@ struct Tile {
 // unrolled by force (KIMI_UNROLL): left rolled, the 4 x 6 tile's 24 accumulators lived on the
 // stack and the prefill GEMM ran at 0.8x the f32 kernel's speed on Zen 5 (1.4-1.6x unrolled).
 // prefetch (whole rows only): the rows stream from memory (one pass over them): each row's line
-// kBf16PrefetchAhead ahead, and past a row's end the same line of the next tile's row (next_rows
-// of them follow, contiguous), so that a tile of short rows does not start from DRAM.
+// `ahead` ahead (by row length, above), and past a row's end the same line of the next tile's
+// row (next_rows of them follow, contiguous), so that a tile of short rows does not start from
+// DRAM.
 template <int R, int T, int U>
 void tile(const Tile& a) {
   const uint16_t* w = a.w;
@@ -64,6 +71,7 @@ void tile(const Tile& a) {
   KIMI_UNROLL for (int u = 0; u < U; ++u)
     KIMI_UNROLL for (int r = 0; r < R; ++r)
       KIMI_UNROLL for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_setzero_ps();
+  const int64_t ahead = cols >= kBf16LongRowCols ? kBf16PrefetchAheadLongRows : kBf16PrefetchAhead;
   int64_t k = a.k0;
   if (a.lead > 0) {  // the line holding the rows' first columns, without the bytes before them
     const __mmask32 m = ~__mmask32(0) << a.lead;
@@ -82,7 +90,7 @@ void tile(const Tile& a) {
       KIMI_UNROLL for (int t = 0; t < T; ++t) xv[t] = as_bh(_mm512_loadu_si512(x + t * a.ldx + kk));
       KIMI_UNROLL for (int r = 0; r < R; ++r) {
         if (a.prefetch) {
-          const int64_t at = kk + kBf16PrefetchAhead;
+          const int64_t at = kk + ahead;
           if (at < a.k1)
             __builtin_prefetch(w + r * cols + at, 0, 3);
           else if (r < a.next_rows)
