@@ -27,18 +27,21 @@ std::vector<int32_t> prompt_file_ids(const Args& a) {
 }
 
 int run_latency(int argc, char** argv) {
-  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "threads", "seed", "quantization",
+  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "num-iters-warmup", "threads", "seed", "quantization",
                 "dtype", "kv-cache-dtype", "batch", "step-tokens", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
+        "                          [--num-iters-warmup 1]\n"
         "                          [--threads N] [--seed S] [--quantization Q[,Q...]] [--dtype D[,D...]]\n"
         "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
         "                          [--breakdown [--batch N[,N...]] [--step-tokens N[,N...]]]\n"
         "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
         "                          [--prompt-file FILE] [--num-prompts N]\n\n"
-        "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters),\n"
+        "Times the prefill of one random prompt and greedy decoding after it (best of --num-iters,\n"
+        "after --num-iters-warmup untimed ones: a fresh process's first iteration faults in its\n"
+        "buffers, as a serving process did long before),\n"
         "and reports each as a fraction of this machine's limits measured in the same run: decode\n"
         "against memory read bandwidth, prefill against the matmul kernel's peak. Several\n"
         "--quantization values (e.g. none,int4,w4a8) load the model once each and print a table\n"
@@ -68,6 +71,7 @@ int run_latency(int argc, char** argv) {
   o.input_len = a.get_int("input-len", o.input_len);
   o.output_len = a.get_int("output-len", o.output_len);
   o.iterations = int(a.get_int("num-iters", o.iterations));
+  o.warmup_iterations = int(a.get_int("num-iters-warmup", o.warmup_iterations));
   o.seed = uint64_t(a.get_int("seed", 0));
   const auto split = [](const std::string& s) {
     std::vector<std::string> out;

@@ -191,6 +191,31 @@ TEST_F(DecodeBreakdownTest, WeightsAreReadOnceBeforeTiming) {
   EXPECT_NE(format_latency_report(m, o, r).find("weights: read once before timing, at "), std::string::npos);
 }
 
+// --num-iters-warmup: the untimed iterations generate through the engine like the timed ones (a
+// process's first iteration faults in its buffers); a negative count is refused.
+TEST_F(DecodeBreakdownTest, WarmupIterationsRunUntimedFirst) {
+  Model& m = *model_;
+  LatencyOptions o;
+  o.input_len = 4;
+  o.output_len = 2;
+  o.iterations = 2;
+  o.measure_limits = false;
+  for (const int warmup : {0, 1, 2}) {
+    o.warmup_iterations = warmup;
+    const LatencyResult r = run_latency_bench(m, o);
+    EXPECT_EQ(r.generations, 2 + warmup);
+    EXPECT_NE(format_latency_report(m, o, r).find("best of 2 after " + std::to_string(warmup) + " untimed"),
+              std::string::npos);
+  }
+  std::vector<LatencyVariant> variants(2);
+  for (LatencyVariant& v : variants) v.model = &m;
+  o.warmup_iterations = 1;
+  run_latency_comparison(variants, o);
+  for (const LatencyVariant& v : variants) EXPECT_EQ(v.result.generations, 3);
+  o.warmup_iterations = -1;
+  EXPECT_THROW(run_latency_bench(m, o), Error);
+}
+
 // Decode steps of several sequences: weights are read once a step, KV rows and (the expected
 // union of) routed experts per sequence, and the extrapolation is per token.
 TEST_F(DecodeBreakdownTest, BatchedSteps) {

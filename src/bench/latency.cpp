@@ -73,6 +73,7 @@ void time_once(Model& model, const std::vector<std::vector<int32_t>>& prompts, c
     f.drafts += st.spec_drafts;
     f.draft_tokens += st.spec_draft_tokens;
     f.accepted += st.spec_accepted_tokens;
+    ++r.generations;
   }
   const double n = double(prompts.size());
   r.prefill_seconds = std::min(r.prefill_seconds, prefill / n);
@@ -106,6 +107,16 @@ void finish(const Model& model, const LatencyOptions& o, KvCacheDtype kv_dtype, 
 void check_options(const LatencyOptions& o) {
   if (o.input_len < 1 || o.output_len < 1 || o.iterations < 1)
     throw Error("bench latency: --input-len, --output-len and --num-iters must be positive");
+  if (o.warmup_iterations < 0) throw Error("bench latency: --num-iters-warmup must not be negative");
+}
+
+// The warm-up iterations of one variant: run as the timed ones, their times dropped.
+void warm_up(Model& model, const std::vector<std::vector<int32_t>>& prompts, const LatencyOptions& o,
+             KvCacheDtype kv_dtype, LatencyResult& r, const spec::SpeculativeConfig& speculative = {}) {
+  LatencyResult untimed;
+  untimed.prefill_seconds = untimed.decode_seconds = 1e30;
+  time_once(model, prompts, o, kv_dtype, untimed, speculative);
+  r.generations += untimed.generations;
 }
 
 }  // namespace
@@ -141,6 +152,7 @@ LatencyResult run_latency_bench(Model& model, const LatencyOptions& o) {
   LatencyResult r;
   r.first_read_rate = read_weights_once(model);
   r.prefill_seconds = r.decode_seconds = 1e30;
+  for (int it = 0; it < o.warmup_iterations; ++it) warm_up(model, prompts, o, o.kv_cache_dtype, r);
   for (int it = 0; it < o.iterations; ++it) time_once(model, prompts, o, o.kv_cache_dtype, r);
   if (o.measure_limits) {
     r.read_bandwidth = measure_read_bandwidth(model.pool());
@@ -175,6 +187,8 @@ void run_latency_comparison(std::vector<LatencyVariant>& variants, const Latency
                                                                              : read_weights_once(*v.model);
     v.result.prefill_seconds = v.result.decode_seconds = 1e30;
   }
+  for (int it = 0; it < o.warmup_iterations; ++it)
+    for (LatencyVariant& v : variants) warm_up(*v.model, prompts, o, v.kv_cache_dtype, v.result, v.speculative);
   for (int it = 0; it < o.iterations; ++it)
     for (LatencyVariant& v : variants) time_once(*v.model, prompts, o, v.kv_cache_dtype, v.result, v.speculative);
   for (LatencyVariant& v : variants)
@@ -210,12 +224,12 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
     peaks += line;
   }
   std::snprintf(line, sizeof line,
-                "threads: %d, input %lld tokens, output %lld tokens, best of %d (variants interleaved)\n"
+                "threads: %d, input %lld tokens, output %lld tokens, best of %d after %d untimed (variants interleaved)\n"
                 "kernels: %s\n"
                 "measured read bandwidth %.2f GB/s, matmul peak %s; weights read once before timing "
                 "(%.2f GB/s, the first variant's)\n\n"
                 "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
-                variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
+                variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations, o.warmup_iterations,
                 kernel_isa_summary().c_str(), base.read_bandwidth / 1e9, peaks.c_str(), base.first_read_rate / 1e9, w,
                 "variant", "MB/token", "fewer", "KV B/token", "KV", "decode tok/s", "ratio", "roofline", "prefill tok/s",
                 "ratio", "roofline");
@@ -287,7 +301,7 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
   std::snprintf(buf, sizeof buf,
                 "model: %lld layers, hidden %lld, %lld experts (%lld active), %.1f MB of weights, "
                 "%.1f MB active per token\n"
-                "threads: %d, input %lld tokens, output %lld tokens, best of %d\n"
+                "threads: %d, input %lld tokens, output %lld tokens, best of %d after %d untimed\n"
                 "kernels: %s; %s\n"
                 "KV cache: %s, %.0f bytes per token\n"
                 "weights: read once before timing, at %.2f GB/s (a serving process has touched them all; a "
@@ -299,7 +313,8 @@ std::string format_latency_report(const Model& model, const LatencyOptions& o, c
                 (long long)c.num_hidden_layers, (long long)c.hidden_size, (long long)c.n_routed_experts,
                 (long long)c.num_experts_per_tok, double(model.weights().total_bytes) / 1e6,
                 double(model.weights().active_bytes_per_token) / 1e6, model.num_threads(),
-                (long long)o.input_len, (long long)o.output_len, o.iterations, kernel_isa_summary().c_str(),
+                (long long)o.input_len, (long long)o.output_len, o.iterations, o.warmup_iterations,
+                kernel_isa_summary().c_str(),
                 activation_summary(model.activation_plan()).c_str(),
                 std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str(), r.kv_bytes_per_token, r.first_read_rate / 1e9,
                 r.prefill_tokens_per_s,
