@@ -257,9 +257,7 @@ TEST(KvCacheDtype, RowEncodingErrorBounds) {
       const std::vector<float> x = random_row(lora, rope, rng, 30.0);
       encode_kv_row(l, x.data(), row.data());
       std::vector<float> y(x.size());
-      std::vector<float> lat(static_cast<size_t>(lora));
       decode_kv_row(l, row.data(), y.data());
-      decode_kv_latent(l, row.data(), lat.data());
       for (int64_t part = 0; part < 2; ++part) {
         const int64_t b = part == 0 ? 0 : lora, e = part == 0 ? lora : lora + rope;
         float amax = 0;
@@ -276,7 +274,6 @@ TEST(KvCacheDtype, RowEncodingErrorBounds) {
           }
         }
       }
-      for (int64_t i = 0; i < lora; ++i) ASSERT_EQ(lat[size_t(i)], y[size_t(i)]);
     }
   }
 }

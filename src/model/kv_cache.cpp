@@ -91,22 +91,6 @@ void encode_kv_row(const KvRowLayout& l, const float* src, std::byte* dst) {
   }
 }
 
-void decode_kv_latent(const KvRowLayout& l, const std::byte* src, float* dst) {
-  switch (l.dtype) {
-    case KvCacheDtype::Float32: std::memcpy(dst, src, size_t(l.lora) * sizeof(float)); return;
-    case KvCacheDtype::BFloat16: {
-      convert_to_f32(DType::BF16, src, dst, l.lora);  // the SIMD widening
-      return;
-    }
-    case KvCacheDtype::Fp8E4m3: {
-      float scales[2];
-      read_scales(l, src, scales);
-      e4m3_to_f32(reinterpret_cast<const uint8_t*>(src), scales[0], dst, l.lora);
-      return;
-    }
-  }
-}
-
 void decode_kv_row(const KvRowLayout& l, const std::byte* src, float* dst) {
   switch (l.dtype) {
     case KvCacheDtype::Float32: std::memcpy(dst, src, size_t(l.width()) * sizeof(float)); return;

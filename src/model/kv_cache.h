@@ -59,8 +59,6 @@ struct KvRowLayout {
 // rounded to nearest even), and back (tests, and the naive attention's latent gather).
 void encode_kv_row(const KvRowLayout& layout, const float* src, std::byte* dst);
 void decode_kv_row(const KvRowLayout& layout, const std::byte* src, float* dst);
-// The latent part of a row (its first lora values) as f32.
-void decode_kv_latent(const KvRowLayout& layout, const std::byte* src, float* dst);
 
 // One sequence's cache as attention sees it.
 struct KvView {
