@@ -38,17 +38,27 @@ constexpr size_t kQueryBlock = 256;
 constexpr int64_t kTileRows = 16;
 
 // One query of the step: its batch row, its position (it sees cache rows [0, pos]), its cache,
-// and how its context is cut: `chunks` chunks of chunk_rows rows (the last one shorter); with more
-// than one, their partial softmaxes are in slots [first_partial, first_partial + chunks).
+// and how its context is cut: `chunks` chunks of about equal size, each starting on a whole tile
+// (chunk_begin); with more than one, their partial softmaxes are in slots [first_partial,
+// first_partial + chunks).
 struct Query {
   int64_t row = 0, pos = 0;
   const KvView* kv = nullptr;
-  int64_t chunks = 1, chunk_rows = 0, first_partial = -1;
+  int64_t chunks = 1, first_partial = -1;
+
+  // Chunk c's first row (c == chunks: the context's end): c / chunks of the context, to the
+  // nearest tile, so that the threads' chunks differ by at most a tile (rounding every chunk up
+  // to whole tiles left a 193-row decode as 112 + 81 rows on two threads).
+  int64_t chunk_begin(int64_t c) const {
+    const int64_t ctx = pos + 1;
+    if (c >= chunks) return ctx;
+    return (c * ctx / chunks + kTileRows / 2) / kTileRows * kTileRows;
+  }
 };
 
-// Cuts every query's context so that each thread has about one chunk's worth of rows: the chunk
-// size is the step's total rows over the threads (at least kMinChunkRows), rounded up to whole
-// tiles. With as many queries as threads or more, every context stays whole.
+// Cuts every query's context so that each thread has about one chunk's worth of rows: the step's
+// total rows over the threads (at least kMinChunkRows) per chunk, to the nearest whole number of
+// chunks. With as many queries as threads or more, every context stays whole.
 int64_t plan_chunks(std::span<Query> queries, int threads) {
   int64_t total = 0;
   for (const Query& q : queries) total += q.pos + 1;
@@ -56,9 +66,7 @@ int64_t plan_chunks(std::span<Query> queries, int threads) {
   int64_t partials = 0;
   for (Query& q : queries) {
     const int64_t ctx = q.pos + 1;
-    const int64_t want = std::max<int64_t>(1, (ctx + target / 2) / target);  // to the nearest
-    q.chunk_rows = ((ctx + want - 1) / want + kTileRows - 1) / kTileRows * kTileRows;
-    q.chunks = (ctx + q.chunk_rows - 1) / q.chunk_rows;
+    q.chunks = std::max<int64_t>(1, (ctx + target / 2) / target);
     if (q.chunks > 1) {
       q.first_partial = partials;
       partials += q.chunks;
@@ -83,8 +91,8 @@ struct ChunkSoftmax {
     std::fill(sums.begin(), sums.end(), 0.0f);
     std::fill(max.begin(), max.end(), -std::numeric_limits<float>::infinity());
     std::fill(total.begin(), total.end(), 0.0);
-    const int64_t end = std::min(qi.pos + 1, (c + 1) * qi.chunk_rows);
-    for (int64_t j = c * qi.chunk_rows; j < end;) {
+    const int64_t end = qi.chunk_begin(c + 1);
+    for (int64_t j = qi.chunk_begin(c); j < end;) {
       const MlaRows m = qi.kv->rows_in_block(layer, j, std::min(end, j + T));
       for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
         const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
