@@ -165,8 +165,8 @@ TEST(ThreadPool, ExceptionsPropagateAndPoolStaysUsable) {
   }
 }
 
-// Guided chunks: large first (at most half a thread's share), small last (at most a sixteenth of
-// a thread's share, or the grain), so that threads finish a region close together.
+// Guided chunks: large first (at most half a thread's share), small last (at most 1/128 of a
+// thread's share, or the grain), so that threads finish a region close together.
 TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
   ThreadPool pool(2);
   constexpr int64_t kN = 1600;
@@ -181,7 +181,7 @@ TEST(ThreadPool, ChunksShrinkTowardsTheEnd) {
     covered += e - b;
     EXPECT_LE(e - b, kN / 4) << "[" << b << ", " << e << ")";
     if (e == kN) {
-      EXPECT_LE(e - b, kN / 32) << "last chunk [" << b << ", " << e << ")";
+      EXPECT_LE(e - b, (kN + 255) / 256) << "last chunk [" << b << ", " << e << ")";
     }
   }
   EXPECT_EQ(covered, kN);
