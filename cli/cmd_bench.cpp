@@ -27,8 +27,9 @@ std::vector<int32_t> prompt_file_ids(const Args& a) {
 }
 
 int run_latency(int argc, char** argv) {
-  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "num-iters-warmup", "threads", "seed", "quantization",
-                "dtype", "kv-cache-dtype", "batch", "step-tokens", "speculative-config", "num-speculative-tokens", "prompt-file", "num-prompts"},
+  const Args a(argc, argv, 3, {"model", "input-len", "output-len", "num-iters", "num-iters-warmup", "threads", "seed",
+                "quantization", "dtype", "kv-cache-dtype", "batch", "step-tokens", "speculative-config",
+                "num-speculative-tokens", "prompt-file", "num-prompts"},
                {"help", "breakdown"});
   if (a.has("help")) {
     std::printf(

@@ -224,12 +224,14 @@ std::string format_latency_comparison(const std::vector<LatencyVariant>& variant
     peaks += line;
   }
   std::snprintf(line, sizeof line,
-                "threads: %d, input %lld tokens, output %lld tokens, best of %d after %d untimed (variants interleaved)\n"
+                "threads: %d, input %lld tokens, output %lld tokens, best of %d after %d untimed "
+                "(variants interleaved)\n"
                 "kernels: %s\n"
                 "measured read bandwidth %.2f GB/s, matmul peak %s; weights read once before timing "
                 "(%.2f GB/s, the first variant's)\n\n"
                 "%-*s %10s %8s %10s %8s %12s %8s %10s %12s %8s %10s\n",
-                variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations, o.warmup_iterations,
+                variants[0].model->num_threads(), (long long)o.input_len, (long long)o.output_len, o.iterations,
+                o.warmup_iterations,
                 kernel_isa_summary().c_str(), base.read_bandwidth / 1e9, peaks.c_str(), base.first_read_rate / 1e9, w,
                 "variant", "MB/token", "fewer", "KV B/token", "KV", "decode tok/s", "ratio", "roofline", "prefill tok/s",
                 "ratio", "roofline");
