@@ -17,6 +17,16 @@ class DecodeBreakdownTest : public test::TinyModelTest {};
 
 double at(const PhaseTimes& t, int64_t row, Phase p) { return t.seconds[size_t(row)][size_t(p)]; }
 
+// A short latency run that skips measuring the machine's limits (bandwidth, matmul peak).
+LatencyOptions short_run(int64_t input_len, int64_t output_len, int iterations) {
+  LatencyOptions o;
+  o.input_len = input_len;
+  o.output_len = output_len;
+  o.iterations = iterations;
+  o.measure_limits = false;
+  return o;
+}
+
 // Routed-expert bytes expected of a step of `tokens` tokens: the expected union of their top-k
 // picks under uniform routing, priced per expert from a one-token breakdown of layer 1.
 double expected_routed_bytes(const Model& m, const DecodeBreakdown& one, int tokens) {
@@ -165,11 +175,7 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
 // Prefill FLOPs: every active matrix per prompt token, except lm_head, run for the last token only.
 TEST_F(DecodeBreakdownTest, PrefillFlopsCountTheLmHeadOnce) {
   Model& m = *model_;
-  LatencyOptions o;
-  o.input_len = 16;
-  o.output_len = 2;
-  o.iterations = 1;
-  o.measure_limits = false;
+  const LatencyOptions o = short_run(16, 2, 1);
   const LatencyResult r = run_latency_bench(m, o);
   const double head = double(m.weights().lm_head.rows * m.weights().lm_head.cols);
   const double active = double(m.weights().active_params_per_token);
@@ -181,11 +187,7 @@ TEST_F(DecodeBreakdownTest, PrefillFlopsCountTheLmHeadOnce) {
 TEST_F(DecodeBreakdownTest, WeightsAreReadOnceBeforeTiming) {
   Model& m = *model_;
   EXPECT_GT(read_weights_once(m), 0.0);
-  LatencyOptions o;
-  o.input_len = 4;
-  o.output_len = 2;
-  o.iterations = 1;
-  o.measure_limits = false;
+  const LatencyOptions o = short_run(4, 2, 1);
   const LatencyResult r = run_latency_bench(m, o);
   EXPECT_GT(r.first_read_rate, 0.0);
   EXPECT_NE(format_latency_report(m, o, r).find("weights: read once before timing, at "), std::string::npos);
@@ -195,11 +197,7 @@ TEST_F(DecodeBreakdownTest, WeightsAreReadOnceBeforeTiming) {
 // process's first iteration faults in its buffers); a negative count is refused.
 TEST_F(DecodeBreakdownTest, WarmupIterationsRunUntimedFirst) {
   Model& m = *model_;
-  LatencyOptions o;
-  o.input_len = 4;
-  o.output_len = 2;
-  o.iterations = 2;
-  o.measure_limits = false;
+  LatencyOptions o = short_run(4, 2, 2);
   for (const int warmup : {0, 1, 2}) {
     o.warmup_iterations = warmup;
     const LatencyResult r = run_latency_bench(m, o);
