@@ -124,9 +124,16 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_GT(b.bytes[1][size_t(Phase::Router)], double(moe.router.bytes()) - 1);
   EXPECT_GT(b.bytes[size_t(L)][size_t(Phase::LmHead)], double(m.weights().lm_head.bytes()) - 1);
   EXPECT_GT(b.bytes[0][size_t(Phase::DenseMlp)], 0);
-  // The load-only read of a step's worth of experts, and the line that sets the products beside it.
-  EXPECT_GT(b.routed_read_rate, 0);
-  EXPECT_NE(format_decode_breakdown(m, b, 1e10).find("routed experts' memory: a load-only read"), std::string::npos);
+  // The load-only reads of each phase's weights: a rate wherever a row reads weights, none elsewhere;
+  // their column and lines are checked with the report below.
+  ASSERT_EQ(b.load_rates.size(), b.bytes.size());
+  for (size_t l = 0; l < b.bytes.size(); ++l)
+    for (int p = 0; p < kNumPhases; ++p) {
+      if (b.bytes[l][size_t(p)] > 0)
+        EXPECT_GT(b.load_rates[l][size_t(p)], 0) << l << " " << phase_name(Phase(p));
+      else
+        EXPECT_EQ(b.load_rates[l][size_t(p)], 0) << l << " " << phase_name(Phase(p));
+    }
 
   // The extrapolation to (here) 5 layers, 1 dense: layer 0 once, the MoE layers' mean 4 times.
   const DecodeExtrapolation x = extrapolate_decode(m, b, 1e10, 5, 1);
@@ -141,6 +148,17 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_NEAR(x.seconds_per_token, expect, 1e-12);
   EXPECT_NEAR(x.tokens_per_s, 1 / expect, 1e-6 / expect);
   EXPECT_NEAR(x.roofline_tokens_per_s, 1e10 / x.bytes_per_token, 1e-6);
+  // The load roofline: each row's bytes at its own load-only rate, summed as the times are.
+  const auto load_time = [&](size_t l) {
+    double t = 0;
+    for (int p = 0; p < kNumPhases; ++p)
+      if (b.bytes[l][size_t(p)] > 0) t += b.bytes[l][size_t(p)] / b.load_rates[l][size_t(p)];
+    return t;
+  };
+  double moe_load = 0;
+  for (int64_t l = 1; l < L; ++l) moe_load += load_time(size_t(l));
+  const double load_expect = load_time(0) + 4 * moe_load / double(L - 1) + load_time(size_t(L));
+  EXPECT_NEAR(x.load_roofline_tokens_per_s, 1 / load_expect, 1e-6 / load_expect);
   // The threads' time: shares of the steps' thread time, from the pool's region timing.
   EXPECT_EQ(b.threads, m.num_threads());
   if (b.threads > 1) {
@@ -170,6 +188,9 @@ TEST_F(DecodeBreakdownTest, BenchBreakdownAndExtrapolation) {
   EXPECT_NE(report.find("waiting for each other inside regions (sync)"), std::string::npos);
   EXPECT_NE(report.find("serial ms"), std::string::npos);
   EXPECT_NE(report.find("extrapolated to Kimi-K2.5's 61 layers"), std::string::npos);
+  EXPECT_NE(report.find("load GB/s"), std::string::npos);
+  EXPECT_NE(report.find("routed experts' memory: a load-only read"), std::string::npos);
+  EXPECT_NE(report.find("at the rates the weights' own memory gave"), std::string::npos);
 }
 
 // Prefill FLOPs: every active matrix per prompt token, except lm_head, run for the last token only.

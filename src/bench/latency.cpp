@@ -119,30 +119,37 @@ void warm_up(Model& model, const std::vector<std::vector<int32_t>>& prompts, con
   r.generations += untimed.generations;
 }
 
+// The attention's weight matrices (those a checkpoint lacks are empty).
+std::array<const WeightMatrix*, 6> attention_matrices(const AttentionWeights& a) {
+  return {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o};
+}
+
+// Appends the bytes w's kernels read (weights, scales, zero points) to a load-only pass.
+void add_storage(ReadPass& pass, const WeightMatrix& w) {
+  for (const std::span<const std::byte> s : w.storage())
+    if (!s.empty()) pass.push_back(s);
+}
+
+void add_mlp_storage(ReadPass& pass, const MlpWeights& m) {
+  for (const WeightMatrix* w : {&m.gate, &m.up, &m.down}) add_storage(pass, *w);
+}
+
 }  // namespace
 
 double read_weights_once(Model& model) {
   ReadPass pass;
-  const auto add = [&](const WeightMatrix& w) {
-    for (const std::span<const std::byte> s : w.storage())
-      if (!s.empty()) pass.push_back(s);
-  };
-  const auto add_mlp = [&](const MlpWeights& m) {
-    for (const WeightMatrix* w : {&m.gate, &m.up, &m.down}) add(*w);
-  };
   const ModelWeights& mw = model.weights();
-  add(mw.embed);
+  add_storage(pass, mw.embed);
   for (const LayerWeights& L : mw.layers) {
-    const AttentionWeights& a = L.attn;
-    for (const WeightMatrix* w : {&a.q_a, &a.q_b, &a.q_proj, &a.kv_a, &a.kv_b, &a.o}) add(*w);
-    if (L.dense) add_mlp(*L.dense);
+    for (const WeightMatrix* w : attention_matrices(L.attn)) add_storage(pass, *w);
+    if (L.dense) add_mlp_storage(pass, *L.dense);
     if (L.moe) {
-      add(L.moe->router);
-      for (const MlpWeights& e : L.moe->experts) add_mlp(e);
-      if (L.moe->shared) add_mlp(*L.moe->shared);
+      add_storage(pass, L.moe->router);
+      for (const MlpWeights& e : L.moe->experts) add_mlp_storage(pass, e);
+      if (L.moe->shared) add_mlp_storage(pass, *L.moe->shared);
     }
   }
-  if (mw.lm_head.data != mw.embed.data) add(mw.lm_head);  // tied: read once
+  if (mw.lm_head.data != mw.embed.data) add_storage(pass, mw.lm_head);  // tied: read once
   return measure_read_rate(model.pool(), {pass});
 }
 
@@ -337,8 +344,9 @@ namespace {
 size_t mlp_bytes(const MlpWeights& m) { return m.gate.bytes() + m.up.bytes() + m.down.bytes(); }
 
 size_t attention_weight_bytes(const AttentionWeights& a) {
-  return a.q_a.bytes() + a.q_b.bytes() + a.q_proj.bytes() + a.kv_a.bytes() + a.kv_b.bytes() + a.o.bytes() +
-         4 * (a.q_a_norm.size() + a.kv_a_norm.size());
+  size_t n = 4 * (a.q_a_norm.size() + a.kv_a_norm.size());
+  for (const WeightMatrix* w : attention_matrices(a)) n += w->bytes();
+  return n;
 }
 
 // How many of E experts `tokens` tokens select, k each, under uniform routing: the expected size
@@ -347,33 +355,66 @@ double expected_distinct_experts(double E, double k, int64_t tokens) {
   return E * (1.0 - std::pow(1.0 - k / E, double(tokens)));
 }
 
-// DecodeBreakdown::routed_read_rate: `passes` passes, each over the experts `tokens` tokens would
-// pick under uniform routing (their expected union, rounded), drawn at random without repeats
-// within a pass, from the MoE layers in turn.
-double measure_routed_read_rate(Model& model, const LatencyOptions& o, int64_t tokens, int64_t passes) {
-  std::vector<const MoeWeights*> moe;
-  for (const LayerWeights& L : model.weights().layers)
-    if (L.moe && !L.moe->experts.empty()) moe.push_back(&*L.moe);
-  if (moe.empty() || passes < 1) return 0;
+// DecodeBreakdown::load_rates: `rounds` rounds of load-only reads of a step's weights in the
+// step's order, one pass per (layer, phase), each pass timed alone; per row the bytes of its
+// rounds over their time. The routed experts of a layer are as many as `tokens` tokens would pick
+// under uniform routing (their expected union, rounded), other ones drawn at random each round.
+std::vector<std::array<double, kNumPhases>> measure_load_rates(Model& model, const LatencyOptions& o, int64_t tokens,
+                                                               int64_t rounds) {
+  const ModelWeights& w = model.weights();
+  const size_t rows = w.layers.size() + 1;
+  std::vector<std::array<double, kNumPhases>> bytes(rows), seconds(rows), rates(rows);
   Rng rng(o.seed + 0x5eed);
-  std::vector<ReadPass> reads;
-  for (int64_t p = 0; p < passes; ++p) {
-    const MoeWeights& m = *moe[size_t(p) % moe.size()];
-    const int64_t E = int64_t(m.experts.size());
-    const double k = double(std::min<int64_t>(model.config().num_experts_per_tok, E));
-    const int64_t picks = std::clamp<int64_t>(std::llround(expected_distinct_experts(double(E), k, tokens)), 1, E);
-    std::vector<int64_t> order(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
-    ReadPass& pass = reads.emplace_back();
-    for (int64_t i = 0; i < picks; ++i) {
-      std::swap(order[size_t(i)], order[size_t(i + int64_t(rng.next_u64() % uint64_t(E - i)))]);
-      const MlpWeights& x = m.experts[size_t(order[size_t(i)])];
-      for (const WeightMatrix* wm : {&x.gate, &x.up, &x.down})
-        for (const std::span<const std::byte> s : wm->storage())
-          if (!s.empty()) pass.push_back(s);
+  const auto time_pass = [&](size_t row, Phase p, const ReadPass& pass) {
+    double n = 0;
+    for (const std::span<const std::byte> s : pass) n += double(s.size());
+    const double rate = n > 0 ? measure_read_rate(model.pool(), {pass}) : 0;
+    if (rate <= 0) return;
+    bytes[row][size_t(p)] += n;
+    seconds[row][size_t(p)] += n / rate;
+  };
+  for (int64_t round = 0; round < rounds; ++round) {
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      const LayerWeights& L = w.layers[l];
+      ReadPass pass;
+      for (const WeightMatrix* m : attention_matrices(L.attn)) add_storage(pass, *m);
+      time_pass(l, Phase::Attention, pass);
+      if (L.dense) {
+        pass.clear();
+        add_mlp_storage(pass, *L.dense);
+        time_pass(l, Phase::DenseMlp, pass);
+      }
+      if (!L.moe) continue;
+      pass.clear();
+      add_storage(pass, L.moe->router);
+      time_pass(l, Phase::Router, pass);
+      const int64_t E = int64_t(L.moe->experts.size());
+      if (E > 0) {
+        const double k = double(std::min<int64_t>(model.config().num_experts_per_tok, E));
+        const int64_t picks = std::clamp<int64_t>(std::llround(expected_distinct_experts(double(E), k, tokens)), 1, E);
+        std::vector<int64_t> order(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) order[size_t(e)] = e;
+        pass.clear();
+        for (int64_t i = 0; i < picks; ++i) {
+          std::swap(order[size_t(i)], order[size_t(i + int64_t(rng.next_u64() % uint64_t(E - i)))]);
+          add_mlp_storage(pass, L.moe->experts[size_t(order[size_t(i)])]);
+        }
+        time_pass(l, Phase::RoutedExperts, pass);
+      }
+      if (L.moe->shared) {
+        pass.clear();
+        add_mlp_storage(pass, *L.moe->shared);
+        time_pass(l, Phase::SharedExpert, pass);
+      }
     }
+    ReadPass head;
+    add_storage(head, w.lm_head);
+    time_pass(rows - 1, Phase::LmHead, head);
   }
-  return measure_read_rate(model.pool(), reads);
+  for (size_t r = 0; r < rows; ++r)
+    for (int p = 0; p < kNumPhases; ++p)
+      if (seconds[r][size_t(p)] > 0) rates[r][size_t(p)] = bytes[r][size_t(p)] / seconds[r][size_t(p)];
+  return rates;
 }
 
 }  // namespace
@@ -481,7 +522,7 @@ DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& o, 
     }
   }
   b.bytes.back()[size_t(Phase::LmHead)] = double(w.lm_head.bytes() + 4 * w.final_norm.size());
-  b.routed_read_rate = measure_routed_read_rate(model, o, batch * step_tokens, b.steps);
+  b.load_rates = measure_load_rates(model, o, batch * step_tokens, std::min<int64_t>(b.steps, kLoadRounds));
   return b;
 }
 
@@ -508,6 +549,20 @@ DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown
   // Per step of b.batch tokens so far; per token from here.
   x.tokens_per_s = double(b.batch) / x.seconds_per_token;
   if (read_bandwidth > 0) x.roofline_tokens_per_s = double(b.batch) * read_bandwidth / x.bytes_per_token;
+  // The same sum over each phase's bytes at the rate its weights load at.
+  std::vector<std::array<double, kNumPhases>> load_seconds(b.bytes.size());
+  bool rates = read_bandwidth > 0;
+  for (size_t r = 0; r < b.bytes.size(); ++r)
+    for (size_t p = 0; p < size_t(kNumPhases); ++p) {
+      const double rate = r < b.load_rates.size() && b.load_rates[r][p] > 0 ? b.load_rates[r][p] : read_bandwidth;
+      if (b.bytes[r][p] > 0 && rate <= 0) rates = false;
+      load_seconds[r][p] = b.bytes[r][p] > 0 && rate > 0 ? b.bytes[r][p] / rate : 0;
+    }
+  if (rates) {
+    const double s = double(dense_layers) * layer_sum(load_seconds, dense) +
+                     double(layers - dense_layers) * layer_sum(load_seconds, moe) + layer_sum(load_seconds, {L});
+    if (s > 0) x.load_roofline_tokens_per_s = double(b.batch) / s;
+  }
   x.seconds_per_token /= double(b.batch);
   x.bytes_per_token /= double(b.batch);
   return x;
@@ -520,10 +575,10 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
   std::snprintf(line, sizeof line,
                 "\ndecode breakdown: %lld sequences x %lld token%s, %lld steps, %.3f ms per step (mean context %.0f "
                 "rows), read bandwidth %.2f GB/s\n"
-                "%-6s %-15s %10s %10s %9s %9s %10s\n",
+                "%-6s %-15s %10s %10s %9s %9s %10s %9s %10s\n",
                 (long long)b.batch, (long long)b.step_tokens, b.step_tokens == 1 ? "" : "s (a verification step's shape)",
                 (long long)b.steps, 1e3 * b.step_seconds, b.mean_context, read_bandwidth / 1e9, "layer", "phase", "ms", "MB",
-                "GB/s", "of bw", "serial ms");
+                "GB/s", "of bw", "serial ms", "load GB/s", "of load");
   out += line;
   double named = 0;
   for (size_t l = 0; l < b.seconds.size(); ++l) {
@@ -533,9 +588,11 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
       named += s;
       const double gbs = s > 0 ? by / s / 1e9 : 0;
       const std::string layer = l == size_t(c.num_hidden_layers) ? "head" : std::to_string(l);
-      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%% %10.3f\n", layer.c_str(),
+      const double load = l < b.load_rates.size() ? b.load_rates[l][size_t(p)] : 0;
+      std::snprintf(line, sizeof line, "%-6s %-15s %10.3f %10.2f %9.2f %8.1f%% %10.3f %9.2f %9.1f%%\n", layer.c_str(),
                     phase_name(Phase(p)), 1e3 * s, by / 1e6, gbs,
-                    read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0, 1e3 * b.serial_seconds[l][size_t(p)]);
+                    read_bandwidth > 0 ? 100.0 * gbs * 1e9 / read_bandwidth : 0.0, 1e3 * b.serial_seconds[l][size_t(p)],
+                    load / 1e9, load > 0 ? 100.0 * gbs * 1e9 / load : 0.0);
       out += line;
     }
   }
@@ -550,18 +607,22 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
                 "inside regions (sync), %.1f%% idle while one thread works between regions (serial: the column)\n",
                 b.threads, b.regions_per_step, 100.0 * b.sync_share, 100.0 * b.serial_share);
   out += line;
-  if (b.routed_read_rate > 0) {
-    double routed_bytes = 0, routed_seconds = 0;
-    for (size_t l = 0; l < b.seconds.size(); ++l) {
-      routed_bytes += b.bytes[l][size_t(Phase::RoutedExperts)];
-      routed_seconds += b.seconds[l][size_t(Phase::RoutedExperts)];
-    }
-    const double routed_rate = routed_seconds > 0 ? routed_bytes / routed_seconds : 0;
+  // The routed experts' load-only rate over all MoE layers (bytes over the load time).
+  double routed_bytes = 0, routed_seconds = 0, routed_load_seconds = 0;
+  for (size_t l = 0; l < b.seconds.size() && l < b.load_rates.size(); ++l) {
+    const size_t p = size_t(Phase::RoutedExperts);
+    if (b.load_rates[l][p] <= 0) continue;
+    routed_bytes += b.bytes[l][p];
+    routed_seconds += b.seconds[l][p];
+    routed_load_seconds += b.bytes[l][p] / b.load_rates[l][p];
+  }
+  if (routed_load_seconds > 0 && routed_seconds > 0) {
+    const double load_rate = routed_bytes / routed_load_seconds;
     std::snprintf(line, sizeof line,
                   "routed experts' memory: a load-only read of a step's worth of experts (at random) %.2f GB/s, "
                   "%.1f%% of the read bandwidth; the experts' products at %.1f%% of that\n",
-                  b.routed_read_rate / 1e9, read_bandwidth > 0 ? 100.0 * b.routed_read_rate / read_bandwidth : 0.0,
-                  100.0 * routed_rate / b.routed_read_rate);
+                  load_rate / 1e9, read_bandwidth > 0 ? 100.0 * load_rate / read_bandwidth : 0.0,
+                  100.0 * routed_load_seconds / routed_seconds);
     out += line;
   }
   if (b.step_tokens != 1) return out;  // extrapolated decode speed: decode steps only
@@ -579,6 +640,13 @@ std::string format_decode_breakdown(const Model& model, const DecodeBreakdown& b
                 x.bytes_per_token / 1e6, x.tokens_per_s, read_bandwidth / 1e9, x.roofline_tokens_per_s,
                 x.roofline_tokens_per_s > 0 ? 100.0 * x.tokens_per_s / x.roofline_tokens_per_s : 0.0);
   out += line;
+  if (x.load_roofline_tokens_per_s > 0) {
+    std::snprintf(line, sizeof line,
+                  "  at the rates the weights' own memory gave a load-only read (load GB/s): %.2f tokens/s; %.1f%% of "
+                  "that\n",
+                  x.load_roofline_tokens_per_s, 100.0 * x.tokens_per_s / x.load_roofline_tokens_per_s);
+    out += line;
+  }
   return out;
 }
 

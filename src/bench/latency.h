@@ -100,12 +100,16 @@ struct DecodeBreakdown {
   double regions_per_step = 0;
   double sync_share = 0;
   double serial_share = 0;
-  // What the routed experts' memory allows: a load-only read (measure_read_rate) of as many
-  // experts as a step reads, each pass other ones picked at random, the MoE layers in turn, in
-  // bytes/s (0 without MoE layers). Against the bandwidth of a fresh buffer it shows what the
-  // memory holding the weights costs; the experts' products against it, what the kernels do.
-  double routed_read_rate = 0;
+  // What the weights' own memory allows: per row, the rate (bytes/s) of a load-only read
+  // (measure_read_rate) of the weights that phase reads in a step, the phases in the step's order,
+  // each timed alone, over min(steps, kLoadRounds) rounds; the routed experts as many as a step
+  // selects, other ones picked at random each round (0 where a row reads no weights). Against the
+  // bandwidth of a fresh buffer it shows what the memory holding the weights costs (page-cache
+  // pages, scattered experts); a phase's rate against it, what the kernels leave on the table.
+  std::vector<std::array<double, kNumPhases>> load_rates;
 };
+// Rounds of DecodeBreakdown::load_rates at most (a round reads a step's weights once).
+inline constexpr int64_t kLoadRounds = 8;
 DecodeBreakdown measure_decode_breakdown(Model& model, const LatencyOptions& options, int64_t batch = 1,
                                          int64_t step_tokens = 1);
 
@@ -120,6 +124,9 @@ struct DecodeExtrapolation {
   double seconds_per_token = 0, bytes_per_token = 0;
   double tokens_per_s = 0;           // 1 / seconds_per_token
   double roofline_tokens_per_s = 0;  // read_bandwidth / bytes_per_token
+  // Each phase's bytes at its weights' load-only rate (DecodeBreakdown::load_rates; read_bandwidth
+  // where a row has none), summed as the times are: the speed the weights' memory allows.
+  double load_roofline_tokens_per_s = 0;
 };
 DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown& b, double read_bandwidth,
                                        int64_t layers = kKimiK25Layers, int64_t dense_layers = kKimiK25DenseLayers);
