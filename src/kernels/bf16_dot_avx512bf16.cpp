@@ -58,10 +58,10 @@ struct Tile {
 // VDPBF16PS chains short when the tile is small (the GEMV). The loops over u, r and t are
 // unrolled by force (KIMI_UNROLL): left rolled, the 4 x 6 tile's 24 accumulators lived on the
 // stack and the prefill GEMM ran at 0.8x the f32 kernel's speed on Zen 5 (1.4-1.6x unrolled).
-// prefetch (whole rows only): the rows stream from memory (one pass over them): each row's line
-// `ahead` ahead (by row length, above), and past a row's end the same line of the next tile's
-// row (next_rows of them follow, contiguous), so that a tile of short rows does not start from
-// DRAM.
+// prefetch: the rows stream from memory (this is the first pass over them): each row's line
+// `ahead` ahead (by row length, above), and past the range's end the same line of the next tile's
+// row from k0 (next_rows of them follow, contiguous), so that a tile of short rows does not start
+// from DRAM.
 template <int R, int T, int U>
 void tile(const Tile& a) {
   const uint16_t* w = a.w;
@@ -94,7 +94,7 @@ void tile(const Tile& a) {
           if (at < a.k1)
             __builtin_prefetch(w + r * cols + at, 0, 3);
           else if (r < a.next_rows)
-            __builtin_prefetch(w + (r + R) * cols + (at - a.k1), 0, 3);
+            __builtin_prefetch(w + (r + R) * cols + a.k0 + (at - a.k1), 0, 3);
         }
         const __m512bh wv = as_bh(_mm512_loadu_si512(w + r * cols + kk));
         KIMI_UNROLL for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv, xv[t]);
@@ -207,10 +207,13 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
     return;
   }
   // One token block (decode, verification): one pass over whole rows, streamed from memory, so
-  // prefetched. More (prefill): a GEMM blocked for the caches, columns cut into blocks of at most
-  // kGemmColBlock so that a token block's x stays in L1 while a chunk of rows' block (in L2) sweeps
-  // it; without the cut a token block over 7168-18432 columns (86-221 KiB) came from L2 and the
-  // whole x, re-read for every few rows, from L3.
+  // prefetched. More (prefill, a batched decode of 8): a GEMM blocked for the caches, columns cut
+  // into blocks of at most kGemmColBlock so that a token block's x stays in L1 while a chunk of
+  // rows' block (in L2) sweeps it; without the cut a token block over 7168-18432 columns (86-221
+  // KiB) came from L2 and the whole x, re-read for every few rows, from L3. The first token block
+  // brings the chunk's block from memory, prefetched as a decode's pass is: [2048 x 7168] cold at
+  // 8 tokens 0.80x the time of leaving it to the hardware prefetchers, 64 tokens unchanged, and
+  // k25-int4's batch-8 decode step 0.76x (bench/results/2026-12-07-phase-load-rates-and-batch8-prefetch.md).
   const bool gemm = n > kTokens;
   const int64_t blocks = gemm ? (cols + kGemmColBlock - 1) / kGemmColBlock : 1;
   const int64_t block = ((cols + blocks - 1) / blocks + 31) / 32 * 32;  // whole 32-wide steps
@@ -223,7 +226,7 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
         const int tokens = int(std::min<int64_t>(kTokens, n - t0));
         for (int64_t r = rc; r < rc_end; r += kRows)
           dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens,
-                   {base + r * cols, xb + t0 * cols, cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, !gemm,
+                   {base + r * cols, xb + t0 * cols, cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, t0 == 0,
                     int(std::clamp<int64_t>(rc_end - r - kRows, 0, kRows))},
                    std::make_integer_sequence<int, kRows>{});
       }
