@@ -473,7 +473,7 @@ BENCHMARK(BM_Gemm)
 
 BENCHMARK(BM_Bf16Activations)
     ->ArgNames({"rows", "cols", "n", "cold", "act"})
-    ->ArgsProduct({{2048}, {7168}, {1, 4, 8, 12, 64}, {1}, {0, 1}})
+    ->ArgsProduct({{2048}, {7168}, {1, 4, 8, 12, 64}, {0, 1}, {0, 1}})
     ->Args({7168, 2048, 1, 1, 0})
     ->Args({7168, 2048, 1, 1, 1})
     ->Args({8192, 1024, 1, 1, 0})

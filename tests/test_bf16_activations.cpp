@@ -61,7 +61,8 @@ void expect_rounded_reference(const Bf16Weights& w, const std::vector<float>& x,
 class Bf16ActivationsIsa : public test::IsaTest {};
 
 // Ragged shapes: rows around the 4-row tile, columns around the 32-wide step (and below it),
-// tokens around the 6-token tile; Avx512 runs the AVX512_BF16 kernel where the CPU has it.
+// tokens around the 6-token tile (7 and 13 in blocks of 4 + 3 and 5 + 4 + 4); Avx512 runs the
+// AVX512_BF16 kernel where the CPU has it.
 TEST_P(Bf16ActivationsIsa, MatmulMatchesRoundedReference) {
   ThreadPool pool(3);
   Rng rng(7);
@@ -112,7 +113,7 @@ TEST(Bf16DotKernel, Avx512Bf16RowRanges) {
   // matrix, the decode path that reads them one at a time.
   for (const Shape sh : {Shape{23, 7, 5, 18}, Shape{23, 96, 5, 18}, Shape{23, 200, 5, 18}, Shape{23, 2048, 5, 18},
                          Shape{23, 4133, 5, 18}, Shape{1100, 520, 3, 1090}}) {
-    for (const int64_t n : {1, 2, 6, 9}) {
+    for (const int64_t n : {1, 2, 6, 8, 9, 14}) {
       if (sh.rows > 100 && n > 1) continue;
       const int64_t rows = sh.rows, cols = sh.cols, r0 = sh.r0, r1 = sh.r1;
       const Bf16Weights w = make_bf16(rows, cols, rng);

@@ -215,6 +215,10 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
   // 8 tokens 0.80x the time of leaving it to the hardware prefetchers, 64 tokens unchanged, and
   // k25-int4's batch-8 decode step 0.76x (bench/results/2026-12-07-phase-load-rates-and-batch8-prefetch.md).
   const bool gemm = n > kTokens;
+  // Tokens in blocks of at most kTokens, of equal size (to one): a batched decode's 8 as 4 + 4, not
+  // 6 + 2, whose 2-token pass does a third of the first's multiplies per weight loaded from L2 and
+  // ran at about half its rate ([2048 x 7168], 8 tokens: 0.82x the time hot, 0.9x cold).
+  const int64_t token_blocks = (n + kTokens - 1) / kTokens;
   const int64_t blocks = gemm ? (cols + kGemmColBlock - 1) / kGemmColBlock : 1;
   const int64_t block = ((cols + blocks - 1) / blocks + 31) / 32 * 32;  // whole 32-wide steps
   const int64_t chunk = std::clamp<int64_t>(kChunkBytes / (block * 2) / kRows * kRows, kRows, 128);
@@ -222,8 +226,9 @@ void matmul_rows_bf16dot(const WeightMatrix& w, const uint16_t* xb, int64_t n, f
     const int64_t rc_end = std::min(r1, rc + chunk);
     for (int64_t k0 = 0; k0 < cols; k0 += block) {
       const int64_t k1 = std::min(cols, k0 + block);
-      for (int64_t t0 = 0; t0 < n; t0 += kTokens) {
-        const int tokens = int(std::min<int64_t>(kTokens, n - t0));
+      for (int64_t b = 0; b < token_blocks; ++b) {
+        const int64_t t0 = b * n / token_blocks;
+        const int tokens = int((b + 1) * n / token_blocks - t0);
         for (int64_t r = rc; r < rc_end; r += kRows)
           dispatch(int(std::min<int64_t>(kRows, rc_end - r)), tokens,
                    {base + r * cols, xb + t0 * cols, cols, cols, k0, k1, y + t0 * ldy + r, ldy, k0 > 0, t0 == 0,
