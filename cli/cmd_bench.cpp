@@ -36,7 +36,8 @@ int run_latency(int argc, char** argv) {
         "usage: kimi bench latency --model DIR [--input-len 128] [--output-len 64] [--num-iters 3]\n"
         "                          [--num-iters-warmup 1]\n"
         "                          [--threads N] [--seed S] [--quantization Q[,Q...]] [--dtype D[,D...]]\n"
-        "                          [--kv-cache-dtype D[,D...]]   (float32 (default), auto, bfloat16, fp8)\n"
+        "                          [--kv-cache-dtype D[,D...]]   (auto (default: bfloat16, as kimi serve), float32,\n"
+        "                                                        bfloat16, fp8)\n"
         "                          [--breakdown [--batch N[,N...]] [--step-tokens N[,N...]]]\n"
         "                          [--speculative-config JSON|[JSON,...]] [--num-speculative-tokens K[,K...]]\n"
         "                          [--prompt-file FILE] [--num-prompts N]\n\n"
@@ -84,7 +85,7 @@ int run_latency(int argc, char** argv) {
   std::vector<std::string> dtypes = split(a.get("dtype", ""));
   if (dtypes.empty()) dtypes.push_back("auto");  // as kimi serve
   for (const std::string& d : dtypes) QuantizationRequest::parse_activation_dtype(d);  // refused before any loading
-  std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "float32"));
+  std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "auto"));  // as kimi serve
   if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
   if ((a.has("batch") || a.has("step-tokens")) && !a.has("breakdown"))
     throw Error("bench latency: --batch and --step-tokens go with --breakdown");
@@ -185,14 +186,14 @@ int run_latency(int argc, char** argv) {
 int run_throughput(int argc, char** argv) {
   const Args a(argc, argv, 3,
                {"model", "input-len", "output-len", "concurrency", "num-prompts", "max-num-batched-tokens", "threads",
-                "seed", "quantization", "dtype", "speculative-config", "prompt-file"},
+                "seed", "quantization", "dtype", "kv-cache-dtype", "speculative-config", "prompt-file"},
                {"help"});
   if (a.has("help")) {
     std::printf(
         "usage: kimi bench throughput --model DIR [--concurrency 1,8,32] [--input-len 64] [--output-len 32]\n"
         "                             [--num-prompts N] [--max-num-batched-tokens 2048] [--threads N]\n"
         "                             [--quantization int4|w4a16|w4a8|w8a8] [--dtype auto|float32|bfloat16]\n"
-        "                             [--speculative-config JSON]\n"
+        "                             [--kv-cache-dtype auto|bfloat16|fp8|float32] [--speculative-config JSON]\n"
         "                             [--prompt-file FILE]\n\n"
         "Runs random prompts through the serving engine (no HTTP) at each concurrency level\n"
         "(--max-num-seqs) and prints output tokens/s, the speed-up over the first level, and the\n"
@@ -213,6 +214,7 @@ int run_throughput(int argc, char** argv) {
   o.prompts_per_level = a.get_int("num-prompts", 0);
   o.max_num_batched_tokens = a.get_int("max-num-batched-tokens", o.max_num_batched_tokens);
   o.seed = uint64_t(a.get_int("seed", 0));
+  o.kv_cache_dtype = parse_kv_cache_dtype(a.get("kv-cache-dtype", "auto"));  // as kimi serve
   if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);
   o.speculative = spec::parse_speculative_config(a.get("speculative-config", ""));
   if (o.speculative.enabled()) spec::check_against_target(o.speculative, model.config());
@@ -227,6 +229,7 @@ int run_throughput(int argc, char** argv) {
       }
     }
   }
+  std::printf("KV cache: %s\n", std::string(kv_cache_dtype_name(o.kv_cache_dtype)).c_str());
   std::fputs(format_throughput_report(run_throughput_bench(model, o)).c_str(), stdout);
   return 0;
 }

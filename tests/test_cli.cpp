@@ -68,6 +68,9 @@ TEST(Cli, BenchLatencyReportsRooflineFractions) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("decode:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of roofline"), std::string::npos) << r.out;
+  // The KV cache kimi serve runs by default (auto: bfloat16; the tiny preset's 3 layers x 40
+  // values x 2 bytes a token).
+  EXPECT_NE(r.out.find("KV cache: bfloat16, 240 bytes per token"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BenchLatencyComparesQuantizationsInOneRun) {
@@ -162,6 +165,12 @@ TEST(Cli, BenchThroughputReportsComputeAgainstThePeak) {
   EXPECT_NE(r.out.find("matmul peak measured in the same run"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of peak"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1.00x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV cache: bfloat16\n"), std::string::npos) << r.out;  // kimi serve's default
+  const test::CmdResult f = test::run_kimi("bench throughput --model " + dir +
+                                           " --concurrency 1 --input-len 8 --output-len 2 --kv-cache-dtype float32");
+  ASSERT_EQ(f.status, 0) << f.out;
+  EXPECT_NE(f.out.find("KV cache: float32\n"), std::string::npos) << f.out;
+  EXPECT_NE(test::run_kimi("bench throughput --model " + dir + " --concurrency 1 --kv-cache-dtype fp16").status, 0);
 }
 
 TEST(Cli, BadInputGivesAClearErrorAndNonZeroExit) {

@@ -37,8 +37,9 @@ std::vector<ThroughputLevel> run_throughput_bench(Model& model, const Throughput
     ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
     ec.scheduler.max_model_len = o.input_len + o.output_len + 1;
     ec.enable_prefix_caching = false;  // random prompts share nothing; keep the comparison pure
+    ec.kv_cache_dtype = o.kv_cache_dtype;
     ec.kv_cache_bytes = size_t(conc + 1) * size_t(ec.scheduler.max_model_len + 16) *
-                        KvStorage::bytes_per_block(c, 1);
+                        KvStorage::bytes_per_block(c, 1, o.kv_cache_dtype);
     SamplingParams sp;
     sp.temperature = 0;
     sp.max_tokens = o.output_len;

@@ -22,6 +22,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   bool measure_limits = true;  // measure the matmul peak after the levels
   std::vector<int32_t> prompt;  // a real text's ids: each prompt a slice of it; empty: random ids
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Float32;  // the CLI's default is kimi serve's (auto)
   // With speculation enabled, each level runs plain and then speculative, in the same run.
   spec::SpeculativeConfig speculative;
 };
