@@ -86,7 +86,7 @@ int run_latency(int argc, char** argv) {
   if (dtypes.empty()) dtypes.push_back("auto");  // as kimi serve
   for (const std::string& d : dtypes) QuantizationRequest::parse_activation_dtype(d);  // refused before any loading
   std::vector<std::string> kv_dtypes = split(a.get("kv-cache-dtype", "auto"));  // as kimi serve
-  if (kv_dtypes.empty()) kv_dtypes.push_back("float32");
+  if (kv_dtypes.empty()) kv_dtypes.push_back("auto");
   if ((a.has("batch") || a.has("step-tokens")) && !a.has("breakdown"))
     throw Error("bench latency: --batch and --step-tokens go with --breakdown");
   if (a.has("prompt-file")) o.prompt = prompt_file_ids(a);

@@ -549,16 +549,20 @@ DecodeExtrapolation extrapolate_decode(const Model& model, const DecodeBreakdown
   // Per step of b.batch tokens so far; per token from here.
   x.tokens_per_s = double(b.batch) / x.seconds_per_token;
   if (read_bandwidth > 0) x.roofline_tokens_per_s = double(b.batch) * read_bandwidth / x.bytes_per_token;
-  // The same sum over each phase's bytes at the rate its weights load at.
+  // The same sum over each phase's bytes at the rate its weights load at (read_bandwidth where a
+  // row has none); no figure when a row has neither.
   std::vector<std::array<double, kNumPhases>> load_seconds(b.bytes.size());
-  bool rates = read_bandwidth > 0;
+  bool complete = true;
   for (size_t r = 0; r < b.bytes.size(); ++r)
     for (size_t p = 0; p < size_t(kNumPhases); ++p) {
+      if (b.bytes[r][p] <= 0) continue;
       const double rate = r < b.load_rates.size() && b.load_rates[r][p] > 0 ? b.load_rates[r][p] : read_bandwidth;
-      if (b.bytes[r][p] > 0 && rate <= 0) rates = false;
-      load_seconds[r][p] = b.bytes[r][p] > 0 && rate > 0 ? b.bytes[r][p] / rate : 0;
+      if (rate > 0)
+        load_seconds[r][p] = b.bytes[r][p] / rate;
+      else
+        complete = false;
     }
-  if (rates) {
+  if (complete) {
     const double s = double(dense_layers) * layer_sum(load_seconds, dense) +
                      double(layers - dense_layers) * layer_sum(load_seconds, moe) + layer_sum(load_seconds, {L});
     if (s > 0) x.load_roofline_tokens_per_s = double(b.batch) / s;
