@@ -330,7 +330,9 @@ void BM_ExpertBatch(benchmark::State& state) {
   state.SetLabel(bf16 ? "bf16 act" : "f32 act");
 }
 
-// Args: cache dtype (0 float32, 1 bfloat16), isa. The absorbed attention's inner loop for one
+// Args: cache dtype (0 float32, 1 bfloat16), isa, bf16q (1: the scores and values from queries and
+// probabilities rounded to bf16, kernels::mla_scores_bf16 / mla_values_bf16, as a step over a bf16
+// cache with bf16 linears runs them on a CPU with AVX512_BF16). The absorbed attention's inner loop for one
 // decode query of the real model (64 heads, lora 512, rope 64) over 1024 cached rows, as
 // model/attention_absorbed.cpp runs it: per tile of 16 rows, the scores of the 8 groups of 8
 // heads, then their probability-weighted sums of the latents. The rows (2.3 MiB in f32) stay in
@@ -339,7 +341,14 @@ void BM_ExpertBatch(benchmark::State& state) {
 void BM_MlaTiles(benchmark::State& state) {
   const bool bf16 = state.range(0) != 0;
   const auto isa = Isa(state.range(1));
+  const bool bf16_queries = state.range(2) != 0;
   if (skip_unsupported(state, isa)) return;
+  const kernels::MlaScoresBf16 scores_bf16 = kernels::mla_scores_bf16();
+  const kernels::MlaValuesBf16 values_bf16 = kernels::mla_values_bf16();
+  if (bf16_queries && (!bf16 || isa != Isa::Avx512 || !scores_bf16)) {
+    state.SkipWithError("bf16 queries: a bf16 cache, on AVX-512 with avx512_bf16");
+    return;
+  }
   constexpr int64_t kRows = 1024, kHeads = 64, kLora = 512, kRope = 64, kTile = 16;
   const int64_t width = kLora + kRope, elem = bf16 ? 2 : 4;
   const std::vector<float> values = activations(kRows * width);
@@ -354,21 +363,38 @@ void BM_MlaTiles(benchmark::State& state) {
   }
   const std::vector<float> q_lat = activations(kHeads * kLora), q_rope = activations(kHeads * kRope);
   std::vector<float> p(size_t(kHeads * kTile)), out(size_t(kHeads * kLora));
+  // The queries rounded to bf16 once, each head's lora then rope values (as a step does per query).
+  std::vector<float> q_all(size_t(kHeads * width));
+  for (int64_t h = 0; h < kHeads; ++h) {
+    std::copy_n(&q_lat[size_t(h * kLora)], kLora, &q_all[size_t(h * width)]);
+    std::copy_n(&q_rope[size_t(h * kRope)], kRope, &q_all[size_t(h * width + kLora)]);
+  }
+  std::vector<uint16_t> qb(q_all.size());
+  kernels::round_to_bf16(q_all.data(), int64_t(q_all.size()), qb.data());
   for (auto _ : state) {
     for (int64_t j = 0; j < kRows; j += kTile) {
       MlaRows m{bf16 ? KvRowElem::BF16 : KvRowElem::F32, &rows[size_t(j * width * elem)], width * elem, kTile,
                 kLora, kRope, 0};
-      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads)
-        mla_scores(m, kMlaMaxHeads, &q_lat[size_t(g * kLora)], kLora, &q_rope[size_t(g * kRope)], kRope, 0.01f,
-                   &p[size_t(g * kTile)], kTile, isa);
-      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads)
-        mla_values(m, kMlaMaxHeads, &p[size_t(g * kTile)], kTile, &out[size_t(g * kLora)], kLora, isa);
+      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads) {
+        if (bf16_queries)
+          scores_bf16(m, kMlaMaxHeads, &qb[size_t(g * width)], width, 0.01f, &p[size_t(g * kTile)], kTile);
+        else
+          mla_scores(m, kMlaMaxHeads, &q_lat[size_t(g * kLora)], kLora, &q_rope[size_t(g * kRope)], kRope, 0.01f,
+                     &p[size_t(g * kTile)], kTile, isa);
+      }
+      for (int64_t g = 0; g < kHeads; g += kMlaMaxHeads) {
+        if (bf16_queries)
+          values_bf16(m, kMlaMaxHeads, &p[size_t(g * kTile)], kTile, &out[size_t(g * kLora)], kLora);
+        else
+          mla_values(m, kMlaMaxHeads, &p[size_t(g * kTile)], kTile, &out[size_t(g * kLora)], kLora, isa);
+      }
     }
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["MACs"] = benchmark::Counter(double(state.iterations()) * double(kRows * kHeads * (width + kLora)),
                                               benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(isa_name(isa)) + (bf16 ? " bf16 cache" : " f32 cache"));
+  state.SetLabel(std::string(isa_name(isa)) + (bf16 ? " bf16 cache" : " f32 cache") +
+                 (bf16_queries ? ", bf16 queries and probabilities" : ""));
 }
 
 // Args: n, isa. Softmax over n attention scores (one head at n positions of context) and SwiGLU
@@ -499,8 +525,9 @@ BENCHMARK(BM_ExpertBatch)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 BENCHMARK(BM_MlaTiles)
-    ->ArgNames({"bf16", "isa"})
-    ->ArgsProduct({{0, 1}, {kScalar, kAvx2, kAvx512}})
+    ->ArgNames({"bf16", "isa", "bf16q"})
+    ->ArgsProduct({{0, 1}, {kScalar, kAvx2, kAvx512}, {0}})
+    ->Args({1, kAvx512, 1})
     ->Unit(benchmark::kMicrosecond);
 // Scores of mini's decode (64), a long context (8192); SwiGLU of one Kimi-K2.5 token's 8
 // routed experts (8 x 2048) and of mini's dense layer (512).

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/error.h"
 #include "common/rng.h"
 #include "kernels/cpu_features.h"
@@ -153,6 +154,88 @@ TEST_P(MlaKernels, ANaNRowPoisonsOnlyItsOwnScore) {
   mla_scores(rows.view(), 2, ql.data(), lora, qr.data(), rope, 1.0f, scores.data(), count, isa());
   for (int g = 0; g < 2; ++g)
     for (int64_t j = 0; j < count; ++j) EXPECT_EQ(std::isnan(scores[size_t(g * count + j)]), j == 2) << j;
+}
+
+// The AVX512_BF16 scores (kernels::mla_scores_bf16) over a bf16 cache, with queries already in
+// bf16: the products of two bf16 values are exact in f32, so against the double loop over the same
+// bf16 values the only error is the f32 sums', as for mla_scores.
+TEST(MlaScoresBf16, MatchTheDecodedRowsForEveryHeadCount) {
+  const kernels::MlaScoresBf16 scores_bf16 = kernels::mla_scores_bf16();
+  if (!scores_bf16) GTEST_SKIP() << "this CPU (or its KIMI_MAX_CPU_ISA cap) has no AVX512_BF16";
+  Rng rng(19);
+  for (const auto& [lora, rope] : {std::pair<int64_t, int64_t>{512, 64}, {40, 12}, {7, 3}}) {
+    const int64_t width = lora + rope;
+    for (int64_t count : {1, 3, 16, 37}) {
+      const Rows rows(KvCacheDtype::BFloat16, lora, rope, count, rng);
+      for (int nh = 1; nh <= kMlaMaxHeads; ++nh) {
+        const int64_t qs = width + 5, ss = count + 4;  // strides wider than a query and the rows
+        const auto qf = normals(size_t(nh * qs), rng);
+        std::vector<uint16_t> q(qf.size());
+        for (size_t i = 0; i < q.size(); ++i) q[i] = f32_to_bf16(qf[i]);
+        std::vector<float> scores(size_t(nh * ss), -7.0f);
+        const float scale = 0.125f;
+        scores_bf16(rows.view(), nh, q.data(), qs, scale, scores.data(), ss);
+        for (int g = 0; g < nh; ++g) {
+          for (int64_t j = 0; j < count; ++j) {
+            double want = 0, mag = 0;
+            for (int64_t i = 0; i < width; ++i) {
+              const double p = double(bf16_to_f32(q[size_t(g * qs + i)])) * rows.row(j)[i];
+              want += p;
+              mag += std::fabs(p);
+            }
+            ASSERT_NEAR(scores[size_t(g * ss + j)], scale * want, scale * (1e-5 * mag + 1e-6))
+                << "lora " << lora << " rope " << rope << " rows " << count << " heads " << nh << " head " << g
+                << " row " << j;
+          }
+          for (int64_t j = count; j < ss; ++j) ASSERT_EQ(scores[size_t(g * ss + j)], -7.0f) << "wrote past the rows";
+        }
+      }
+    }
+  }
+  // A NaN in a row poisons that row's scores only.
+  Rows rows(KvCacheDtype::BFloat16, 64, 16, 6, rng);
+  std::vector<float> bad(80, 1.0f);
+  bad[5] = std::nanf("");
+  encode_kv_row(rows.layout, bad.data(), &rows.bytes[size_t(2 * rows.stride)]);
+  const std::vector<uint16_t> q(2 * 80, f32_to_bf16(0.5f));
+  std::vector<float> scores(12);
+  scores_bf16(rows.view(), 2, q.data(), 80, 1.0f, scores.data(), 6);
+  for (int g = 0; g < 2; ++g)
+    for (int64_t j = 0; j < 6; ++j) EXPECT_EQ(std::isnan(scores[size_t(g * 6 + j)]), j == 2) << j;
+}
+
+// The AVX512_BF16 values (kernels::mla_values_bf16): each probability rounded to bf16 (to nearest
+// even), the rows taken in pairs (odd counts leave one alone), products exact and sums f32.
+TEST(MlaValuesBf16, AddTheWeightedLatentsForEveryHeadCount) {
+  const kernels::MlaValuesBf16 values_bf16 = kernels::mla_values_bf16();
+  if (!values_bf16) GTEST_SKIP() << "this CPU (or its KIMI_MAX_CPU_ISA cap) has no AVX512_BF16";
+  Rng rng(23);
+  for (const auto& [lora, rope] : {std::pair<int64_t, int64_t>{512, 64}, {40, 12}, {7, 3}}) {
+    for (int64_t count : {1, 5, 16, 17, 50}) {
+      const Rows rows(KvCacheDtype::BFloat16, lora, rope, count, rng);
+      for (int nh = 1; nh <= kMlaMaxHeads; ++nh) {
+        const int64_t ps = count + 3, os = lora + 6;
+        const auto p = normals(size_t(nh * ps), rng);
+        const auto start = normals(size_t(nh * os), rng);  // the kernel adds to what is there
+        std::vector<float> out = start;
+        values_bf16(rows.view(), nh, p.data(), ps, out.data(), os);
+        for (int g = 0; g < nh; ++g) {
+          for (int64_t i = 0; i < lora; ++i) {
+            double want = start[size_t(g * os + i)], mag = std::fabs(want);
+            for (int64_t j = 0; j < count; ++j) {
+              const double t = double(bf16_to_f32(f32_to_bf16(p[size_t(g * ps + j)]))) * rows.row(j)[i];
+              want += t;
+              mag += std::fabs(t);
+            }
+            ASSERT_NEAR(out[size_t(g * os + i)], want, 1e-5 * mag + 1e-6)
+                << "lora " << lora << " rows " << count << " heads " << nh << " head " << g << " column " << i;
+          }
+          for (int64_t i = lora; i < os; ++i)
+            ASSERT_EQ(out[size_t(g * os + i)], start[size_t(g * os + i)]) << "wrote past the latent";
+        }
+      }
+    }
+  }
 }
 
 TEST(MlaKernelsArgs, RejectsHeadCountsOutsideTheRegisterTile) {

@@ -1042,16 +1042,24 @@ std::string completion_text(const std::string& body) {
 
 // Real instances: a producer and a consumer `kimi serve` (KV moved over UCX) on the tiny model behind
 // the proxy give the greedy outputs of a single instance, whole and streamed, on both endpoints.
+// All three run float32 activations: the consumer computes the prompt's tokens after the pulled
+// blocks itself, in the absorbed form, where the single instance ran them in the naive prefill;
+// in f32 the two forms agree to rounding, while with bf16 activations over a bf16 cache the
+// absorbed form rounds queries and probabilities to bf16 (as vLLM's does), which may swap this
+// random model's near-tied greedy tokens.
 TEST(ProxyServeE2e, OnePrefillOneDecodeMatchesOneInstance) {
   test::TempDir dir;
   const auto model = test::make_tiny_model(dir);
-  auto role = [](const char* r) {
-    return std::vector<std::string>{"--kv-transfer-config", std::string(R"({"kv_connector":"NixlConnector","kv_role":")") +
-                                                                r + R"(","kv_ip":"127.0.0.1","kv_port":0})"};
+  auto args = [](const char* r) {
+    std::vector<std::string> a = {"--dtype", "float32"};
+    if (r)
+      a.insert(a.end(), {"--kv-transfer-config", std::string(R"({"kv_connector":"NixlConnector","kv_role":")") + r +
+                                                     R"(","kv_ip":"127.0.0.1","kv_port":0})"});
+    return a;
   };
-  ServeProcess prefill(model, dir.path() / "prefill.log", role("kv_producer"));
-  ServeProcess decode(model, dir.path() / "decode.log", role("kv_consumer"));
-  ServeProcess single(model, dir.path() / "single.log");
+  ServeProcess prefill(model, dir.path() / "prefill.log", args("kv_producer"));
+  ServeProcess decode(model, dir.path() / "decode.log", args("kv_consumer"));
+  ServeProcess single(model, dir.path() / "single.log", args(nullptr));
   ASSERT_GT(prefill.port(), 0) << "kimi serve (prefill) did not start";
   ASSERT_GT(decode.port(), 0) << "kimi serve (decode) did not start";
   ASSERT_GT(single.port(), 0) << "kimi serve (single) did not start";

@@ -12,21 +12,12 @@ Bf16DotRows bf16_dot_rows_avx512bf16();
 Int4Bf16DotRows int4_bf16_dot_rows_avx512bf16();
 void pack_int4_bf16_activations_avx512bf16(const float* x, int64_t n, int64_t cols, uint16_t* dst);
 
-namespace {
+Bf16DotRows bf16_dot_rows() { return has_avx512_bf16() ? bf16_dot_rows_avx512bf16() : nullptr; }
 
-bool have_avx512_bf16() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
-}
-
-}  // namespace
-
-Bf16DotRows bf16_dot_rows() { return have_avx512_bf16() ? bf16_dot_rows_avx512bf16() : nullptr; }
-
-Int4Bf16DotRows int4_bf16_dot_rows() { return have_avx512_bf16() ? int4_bf16_dot_rows_avx512bf16() : nullptr; }
+Int4Bf16DotRows int4_bf16_dot_rows() { return has_avx512_bf16() ? int4_bf16_dot_rows_avx512bf16() : nullptr; }
 
 void pack_int4_bf16_activations(const float* x, int64_t n, int64_t cols, uint16_t* dst) {
-  if (have_avx512_bf16()) return pack_int4_bf16_activations_avx512bf16(x, n, cols, dst);
+  if (has_avx512_bf16()) return pack_int4_bf16_activations_avx512bf16(x, n, cols, dst);
   const int64_t ld = int4_bf16_packed_cols(cols);
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;
@@ -42,7 +33,7 @@ void pack_int4_bf16_activations(const float* x, int64_t n, int64_t cols, uint16_
 }
 
 void round_to_bf16(const float* x, int64_t count, uint16_t* dst) {
-  if (have_avx512_bf16()) return round_to_bf16_avx512bf16(x, count, dst);
+  if (has_avx512_bf16()) return round_to_bf16_avx512bf16(x, count, dst);
   for (int64_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(x[i]);
 }
 

@@ -82,6 +82,11 @@ std::string kernel_isa_summary() {
   return ext.empty() ? name : name + " (" + ext + ")";
 }
 
+bool has_avx512_bf16() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16;
+}
+
 bool isa_supported(Isa isa) {
   const CpuFeatures& f = cpu_features();
   const bool avx2 = f.avx2 && f.fma && f.f16c;

@@ -21,6 +21,8 @@ const CpuFeatures& cpu_features();  // detected once (and capped), immutable aft
 Isa best_isa();                      // the widest ISA that the kernels support on this CPU
 std::string_view isa_name(Isa isa);
 bool isa_supported(Isa isa);
+// Whether the AVX512_BF16 kernels can run (AVX-512 F/BW/VL and BF16, after any cap).
+bool has_avx512_bf16();
 
 // The cap's parts, exposed for tests: an ISA name as KIMI_MAX_CPU_ISA takes it (any case), and
 // the features left under a cap (AVX2 drops every AVX-512 extension, scalar every SIMD one).

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kernels_impl.h"
 
 namespace kimi {
@@ -43,5 +44,15 @@ void mla_values(const MlaRows& rows, int nh, const float* p, int64_t p_stride, f
   check_heads(nh);
   if (rows.count > 0) kernels::best_kernels().mla_values(rows, nh, p, p_stride, out, out_stride);
 }
+
+namespace kernels {
+
+MlaScoresBf16 mla_scores_bf16_avx512bf16();  // mla_bf16_avx512bf16.cpp
+MlaValuesBf16 mla_values_bf16_avx512bf16();
+
+MlaScoresBf16 mla_scores_bf16() { return has_avx512_bf16() ? mla_scores_bf16_avx512bf16() : nullptr; }
+MlaValuesBf16 mla_values_bf16() { return has_avx512_bf16() ? mla_values_bf16_avx512bf16() : nullptr; }
+
+}  // namespace kernels
 
 }  // namespace kimi

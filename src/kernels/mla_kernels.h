@@ -43,4 +43,22 @@ void mla_scores(const MlaRows& rows, int nh, const float* q_lat, int64_t q_lat_s
 void mla_values(const MlaRows& rows, int nh, const float* p, int64_t p_stride, float* out, int64_t out_stride,
                 Isa isa);
 
+namespace kernels {
+
+// mla_scores over a bf16 cache (KvRowElem::BF16) from queries already rounded to bf16: head g's
+// query is its lora then its rope values at q + g * q_stride. One VDPBF16PS per 32 products
+// (exact in f32, summed in f32): twice the f32 kernel's products per instruction, and the rows
+// are not widened. Null where the CPU (or a KIMI_MAX_CPU_ISA cap) has no AVX512_BF16.
+using MlaScoresBf16 = void (*)(const MlaRows& rows, int nh, const uint16_t* q, int64_t q_stride, float scale,
+                               float* scores, int64_t score_stride);
+MlaScoresBf16 mla_scores_bf16();
+// mla_values over a bf16 cache with the probabilities rounded to bf16 (as FlashAttention's P
+// before its PV product): rows taken in pairs, one VDPBF16PS adds two rows' products into 16
+// columns. Null where mla_scores_bf16 is.
+using MlaValuesBf16 = void (*)(const MlaRows& rows, int nh, const float* p, int64_t p_stride, float* out,
+                               int64_t out_stride);
+MlaValuesBf16 mla_values_bf16();
+
+}  // namespace kernels
+
 }  // namespace kimi
