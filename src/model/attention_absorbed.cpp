@@ -82,6 +82,9 @@ int64_t plan_chunks(std::span<Query> queries, int threads) {
 struct ChunkSoftmax {
   std::vector<float> p, sums, max;
   std::vector<double> total;
+  // The AVX512_BF16 kernels that attend() takes with bf16 queries, looked up once, not per tile.
+  const kernels::MlaScoresBf16 scores_bf16 = kernels::mla_scores_bf16();
+  const kernels::MlaValuesBf16 values_bf16 = kernels::mla_values_bf16();
   explicit ChunkSoftmax(const Dims& d)
       : p(size_t(d.H * kTileRows)), sums(size_t(d.H * d.lora)), max(size_t(d.H)), total(size_t(d.H)) {}
 
@@ -100,7 +103,7 @@ struct ChunkSoftmax {
       for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
         const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
         if (qb)
-          kernels::mla_scores_bf16()(m, nh, qb + g * (d.lora + d.rope), d.lora + d.rope, scale, &p[size_t(g * T)], T);
+          scores_bf16(m, nh, qb + g * (d.lora + d.rope), d.lora + d.rope, scale, &p[size_t(g * T)], T);
         else
           mla_scores(m, nh, ql + g * ql_stride, ql_stride, qr + g * d.qk, d.qk, scale, &p[size_t(g * T)], T);
       }
@@ -121,7 +124,7 @@ struct ChunkSoftmax {
       for (int64_t g = 0; g < d.H; g += kMlaMaxHeads) {
         const int nh = int(std::min<int64_t>(kMlaMaxHeads, d.H - g));
         if (qb)
-          kernels::mla_values_bf16()(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
+          values_bf16(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
         else
           mla_values(m, nh, &p[size_t(g * T)], T, &sums[size_t(g * d.lora)], d.lora);
       }
