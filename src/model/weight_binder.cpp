@@ -79,7 +79,7 @@ ActivationPlan QuantizationRequest::activation_plan(const ModelConfig& config, b
 }
 
 ActivationPlan QuantizationRequest::activation_plan(const ModelConfig& config) const {
-  return activation_plan(config, cpu_features().avx512_bf16, best_isa() == Isa::Avx2);
+  return activation_plan(config, has_avx512_bf16(), best_isa() == Isa::Avx2);
 }
 
 std::string activation_summary(const ActivationPlan& p, bool short_form) {
