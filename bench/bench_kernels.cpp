@@ -21,6 +21,7 @@
 #include "kernels/bandwidth.h"
 #include "kernels/cpu_features.h"
 #include "kernels/bf16_dot.h"
+#include "kernels/bf16_dot_rate.h"
 #include "kernels/matmul.h"
 #include "kernels/mla_kernels.h"
 #include "kernels/vec_ops.h"
@@ -182,9 +183,11 @@ void BM_SmallBatch(benchmark::State& state) {
 // Int4W4A16Zp8: the same int4 weights with explicit zero points, all 8 (the same products); on
 // AVX2 it runs the per-nibble unpacking kernel that symmetric int4 used before the whole-word
 // one, so the two can be compared in one run (it reads 1 more byte per 32 weights).
-// Int4W4A16Bf16: the int4 weights with activations rounded to bf16 (`--dtype bfloat16`), the
-// AVX512_BF16 kernel where the CPU has it (elsewhere the W4A16 kernels on the rounded values).
-enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8, Int4W4A16Zp8, Int4W4A16Bf16 };
+// Int4W4A16Bf16: the int4 weights with 16-bit activations (`--dtype bfloat16`) as matmul picks
+// their kernel: the AVX512_BF16 one where VDPBF16PS is fast (kernels/bf16_dot_rate.h), else the
+// int16 one (the label says which). Int4W4A16Int16: the same through the ISA's integer variant
+// (kernels::quant_matmul), int16 on AVX-512 whatever VDPBF16PS costs, so both run in one run.
+enum class QuantKind { Int4W4A16, Int4W4A8, Int8W8A8, Int4W4A16Zp8, Int4W4A16Bf16, Int4W4A16Int16 };
 
 struct QuantWeights {
   QuantKind kind;
@@ -219,7 +222,7 @@ struct QuantWeights {
     WeightMatrix w;
     const bool int4 = kind != QuantKind::Int8W8A8;
     w.format = int4 ? WeightFormat::Int4Group : WeightFormat::Int8Group;
-    w.act_quant = kind == QuantKind::Int4W4A16Bf16 ? ActivationQuant::Bf16
+    w.act_quant = kind == QuantKind::Int4W4A16Bf16 || kind == QuantKind::Int4W4A16Int16 ? ActivationQuant::Bf16
                   : kind == QuantKind::Int4W4A16 || kind == QuantKind::Int4W4A16Zp8 ? ActivationQuant::None
                                                                                       : ActivationQuant::Int8PerToken;
     w.data = data.data() + size_t(i % copies) * data_bytes;
@@ -240,6 +243,7 @@ const char* quant_kind_name(QuantKind k) {
     case QuantKind::Int8W8A8: return "int8-w8a8";
     case QuantKind::Int4W4A16Zp8: return "int4-w4a16-zp8";
     case QuantKind::Int4W4A16Bf16: return "int4-w4a16-bf16act";
+    case QuantKind::Int4W4A16Int16: return "int4-w4a16-int16act";
   }
   return "?";
 }
@@ -256,16 +260,23 @@ void BM_QuantMatmul(benchmark::State& state) {
   const QuantWeights w(kind, rows, cols, cold ? kColdBytes : 0);
   const std::vector<float> x = activations(n * cols);
   std::vector<float> y(size_t(n * rows));
+  const kernels::QuantKernelTable& table = kernels::quant_kernels_for(kernels::quant_isa_for(isa));
   int64_t i = 0;
   for (auto _ : state) {
-    matmul(pool, w.at(i++), x.data(), n, y.data(), isa);
+    if (kind == QuantKind::Int4W4A16Int16)
+      kernels::quant_matmul(table, pool, w.at(i++), x.data(), n, y.data());
+    else
+      matmul(pool, w.at(i++), x.data(), n, y.data(), isa);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   report_bytes(state, int64_t(w.at(0).bytes()));
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(quant_kind_name(kind)) + " " + std::string(isa_name(isa)) +
+  const char* kernel = kind != QuantKind::Int4W4A16Bf16 ? ""
+                       : isa == Isa::Avx512 && kernels::bf16_dot_is_fast() ? " (vdpbf16ps)"
+                       : isa == Isa::Scalar ? "" : " (int16)";
+  state.SetLabel(std::string(quant_kind_name(kind)) + kernel + " " + std::string(isa_name(isa)) +
                  (cold ? " cold" : " hot"));
 }
 
@@ -295,7 +306,7 @@ constexpr int64_t kScalar = int64_t(Isa::Scalar), kAvx2 = int64_t(Isa::Avx2),
                   kAvx512 = int64_t(Isa::Avx512);
 constexpr int64_t kW4A16 = int64_t(QuantKind::Int4W4A16), kW4A8 = int64_t(QuantKind::Int4W4A8),
                   kW8A8 = int64_t(QuantKind::Int8W8A8), kW4A16Zp8 = int64_t(QuantKind::Int4W4A16Zp8),
-                  kW4A16Bf16 = int64_t(QuantKind::Int4W4A16Bf16);
+                  kW4A16Bf16 = int64_t(QuantKind::Int4W4A16Bf16), kW4A16I16 = int64_t(QuantKind::Int4W4A16Int16);
 
 // Args: jobs, rows, cols, act (0: f32, 1: bf16). A decode step's expert batch: `jobs` small
 // matrices of different experts (not adjacent in memory) in one matmul_batch, one token, cold
@@ -464,6 +475,16 @@ void quant_args(benchmark::internal::Benchmark* b) {
                   {2048, 7168, 64, 0, kW8A8},
                   // An expert's share of a 512-token prompt (512 x 8 / 384 ~ 11 tokens), cold.
                   {2048, 7168, 12, 1, kW4A16Bf16}});
+  // The int16 INT4 kernel on AVX-512 beside the one matmul picks (on AVX2 kind 4 is it already).
+  // [1024 x 2048] (1 MiB: streamed one row at a time) stays in L2: the kernels' own speed.
+  for (const auto& a : std::vector<std::vector<int64_t>>{{2048, 7168, 1, 1},
+                                                         {7168, 2048, 1, 1},
+                                                         {2048, 7168, 1, 0},
+                                                         {2048, 7168, 64, 0},
+                                                         {2048, 7168, 12, 1},
+                                                         {1024, 2048, 1, 0}})
+    b->Args({a[0], a[1], a[2], a[3], kW4A16I16, kAvx512});
+  b->Args({1024, 2048, 1, 0, kW4A16Bf16, kAvx512});
 }
 void gemm_args(benchmark::internal::Benchmark* b) {
   add_per_isa(b, {{2048, 2048, 64}, {2048, 7168, 64}, {2048, 2048, 8}});

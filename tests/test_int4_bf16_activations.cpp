@@ -5,6 +5,7 @@
 // take), the kernel itself on a thread's share of rows, and what validation refuses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -16,6 +17,7 @@
 #include "common/rng.h"
 #include "common/thread_pool.h"
 #include "kernels/bf16_dot.h"
+#include "kernels/bf16_dot_rate.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/quant_kernels.h"
@@ -63,17 +65,17 @@ Int4Weights make_int4(int64_t rows, int64_t cols, int64_t group, bool f32_scales
 }
 
 // y[t, r] against sum_k bf16(x[t, k]) * dequantised w[r, k] in double, within f32 summation rounding;
-// int16: x quantized per block of 64 instead (the 8-lane kernels, kernels::int4_word16_layout).
+// int16_block > 0: x quantized to int16 per block of that many inputs instead (kernels::int4_word16_layout).
 void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x, int64_t n, const float* y,
-                              int64_t r0, int64_t r1, const std::string& where, bool int16 = false) {
+                              int64_t r0, int64_t r1, const std::string& where, int64_t int16_block = 0) {
   const WeightMatrix w = iw.matrix();
   std::vector<float> row(size_t(w.cols));
   std::vector<double> xr(size_t(n * w.cols));
   for (int64_t t = 0; t < n; ++t) {
-    const std::vector<double> q = test::int16_block_values(x.data() + t * w.cols, w.cols);
+    const std::vector<double> q = test::int16_block_values(x.data() + t * w.cols, w.cols, std::max<int64_t>(int16_block, 1));
     for (int64_t k = 0; k < w.cols; ++k) {
       const float v = x[size_t(t * w.cols + k)];
-      xr[size_t(t * w.cols + k)] = int16 ? q[size_t(k)] : double(bf16_to_f32(f32_to_bf16(v)));
+      xr[size_t(t * w.cols + k)] = int16_block > 0 ? q[size_t(k)] : double(bf16_to_f32(f32_to_bf16(v)));
     }
   }
   for (int64_t r = r0; r < r1; ++r) {
@@ -93,9 +95,14 @@ void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x
 
 class Int4Bf16ActivationsIsa : public test::IsaTest {
  protected:
-  // Whether this ISA's matmul quantizes w's 16-bit activations to int16 rather than rounding them.
-  bool takes_int16(const WeightMatrix& w) const {
-    return GetParam() == Isa::Avx2 && kernels::int4_word16_layout(w, 8);
+  // The block of inputs over which this ISA's matmul quantizes w's 16-bit activations to int16
+  // over n tokens (the 8-lane kernels always; the 16-lane ones where VDPBF16PS is slow, from 3
+  // tokens), or 0 where it rounds them to bf16.
+  int64_t int16_block(const WeightMatrix& w, int64_t n) const {
+    if (GetParam() == Isa::Avx2 && kernels::int4_word16_layout(w, 8)) return kernels::word16_block(8);
+    if (GetParam() == Isa::Avx512 && !kernels::bf16_dot_is_fast() && n > 2 && kernels::int4_word16_layout(w, 16))
+      return kernels::word16_block(16);
+    return 0;
   }
 };
 
@@ -124,37 +131,38 @@ TEST_P(Int4Bf16ActivationsIsa, MatmulMatchesRoundedReference) {
                                  "[" + std::to_string(rows) + "x" + std::to_string(sh.cols) + "] G=" +
                                      std::to_string(sh.group) + (f32_scales ? " f32 scales" : "") +
                                      (asymmetric ? " asymmetric" : "") + " n=" + std::to_string(n),
-                                 takes_int16(w.matrix()));
+                                 int16_block(w.matrix(), n));
       }
 }
 
 // The activations really are rounded: 1 + 2^-10 is no bf16 (it rounds to 1), and 1 + 2^-8 lies
-// halfway between 1 and 1 + 2^-7 (it rounds to the even 1); f32 activations keep both. The 8-lane
-// kernels' int16 keeps both (each is its block's largest input), and loses an input below half a
-// step (1/65534) of its block's largest, which bf16 would keep.
+// halfway between 1 and 1 + 2^-7 (it rounds to the even 1); f32 activations keep both. The int16
+// kernels keep both (each is its block's largest input), and lose an input below half a step
+// (1/65534) of its block's largest, which bf16 would keep. Inputs 0-127 and 256-319 (a partial
+// block of 128) hold the two; 192-255 (in a block of 64 or 128 of its own) the one kept.
 TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivations) {
   ThreadPool pool(1);
-  Int4Weights iw{1, 160, 32, std::vector<uint8_t>(80, 0x99), {}, std::vector<uint16_t>(5, f32_to_bf16(1.0f)), {}};
+  Int4Weights iw{1, 320, 32, std::vector<uint8_t>(160, 0x99), {}, std::vector<uint16_t>(10, f32_to_bf16(1.0f)), {}};
   WeightMatrix w = iw.matrix();  // every weight (9 - 8) * 1 = 1
-  std::vector<float> x(160, 0.0f);
+  std::vector<float> x(320, 0.0f);
   x[3] = 1.0f + std::ldexp(1.0f, -10);
-  x[150] = 1.0f + std::ldexp(1.0f, -8);  // in the partial last block
+  x[300] = 1.0f + std::ldexp(1.0f, -8);  // in the partial last block of 128
   float y = 0;
   w.act_quant = ActivationQuant::None;
   matmul(pool, w, x.data(), 1, &y, GetParam());
   EXPECT_EQ(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8)) << "f32 activations";
   w.act_quant = ActivationQuant::Bf16;
   matmul(pool, w, x.data(), 1, &y, GetParam());
-  if (!takes_int16(w)) {
+  if (int16_block(w, 1) == 0) {
     EXPECT_EQ(y, 2.0f) << "bf16 activations";
     return;
   }
   EXPECT_NEAR(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8), 1e-6) << "int16 activations";
   x[4] = std::ldexp(1.0f, -17);  // 2^-17 < (1 + 2^-10) / 65534: rounds to 0 in its block
-  x[100] = std::ldexp(1.0f, -17);  // alone in its block: kept
+  x[200] = std::ldexp(1.0f, -17);  // alone in its block: kept
   matmul(pool, w, x.data(), 1, &y, GetParam());
   EXPECT_NEAR(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -17), 1e-6);
-  EXPECT_GT(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -18)) << "x[100] lost";
+  EXPECT_GT(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -18)) << "x[200] lost";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllIsas, Int4Bf16ActivationsIsa, test::all_isas(), test::isa_param_name);

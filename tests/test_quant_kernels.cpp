@@ -129,7 +129,7 @@ std::vector<float> random_x(int64_t count, Rng& rng) {
 // Double-precision reference: dequantise, then multiply. With int8 activations, x is first
 // quantised here per token from the documented rule (scale = max|x| / 127, round half even).
 std::vector<double> reference(const QuantWeights& q, const std::vector<float>& x, int64_t n,
-                              std::vector<double>& magnitude) {
+                              std::vector<double>& magnitude, int64_t int16_block = 64) {
   const QuantCase& c = q.c;
   std::vector<double> y(size_t(n * c.rows)), xd(size_t(c.cols));
   magnitude.assign(y.size(), 0.0);
@@ -142,8 +142,8 @@ std::vector<double> reference(const QuantWeights& q, const std::vector<float>& x
       const float scale = absmax / 127.0f, inv = 1.0f / scale;
       for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = std::nearbyint(xt[i] * inv);
       xs = scale;
-    } else if (c.act == ActivationQuant::Bf16) {  // the 8-lane kernels' int16 (int4_word16_layout)
-      xd = test::int16_block_values(xt, c.cols);
+    } else if (c.act == ActivationQuant::Bf16) {  // the kernels' int16 (int4_word16_layout)
+      xd = test::int16_block_values(xt, c.cols, int16_block);
     } else {
       for (int64_t i = 0; i < c.cols; ++i) xd[size_t(i)] = xt[i];
     }
@@ -180,7 +180,7 @@ std::vector<float> run_variant(ThreadPool& pool, QuantIsa isa, const QuantWeight
 void expect_matches_reference(ThreadPool& pool, QuantIsa isa, const QuantWeights& q, int64_t n, Rng& rng) {
   const std::vector<float> x = random_x(n * q.c.cols, rng);
   std::vector<double> mag;
-  const std::vector<double> want = reference(q, x, n, mag);
+  const std::vector<double> want = reference(q, x, n, mag, kernels::word16_block(kernels::quant_kernels_for(isa).lanes));
   const std::vector<float> got = run_variant(pool, isa, q, x, n);
   for (size_t i = 0; i < want.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << describe(q.c, n) << " at " << i;
@@ -330,22 +330,29 @@ TEST_P(QuantKernelsIsa, Int4WordLayoutEdges) {
   }
 }
 
-// int4 x 16-bit activations on the 8-lane variants (int4_word16_layout: int16 per block of 64
-// inputs): every group mode with half and partial last blocks, both scale dtypes, token counts
+// int4 x 16-bit activations as int16 (int4_word16_layout: per block of 64 inputs on 8 lanes, 128
+// on 16): every group mode with half and partial last blocks, both scale dtypes, token counts
 // around the GEMM tile, matrices large enough to stream (one row at a time), all-15 / all-0
 // nibbles with large activations (the int32 sums' extremes), and a block whose inputs span 2^20.
+// The 16-lane variants take the groups that tile blocks of 128 (the others are not asked).
 TEST_P(QuantKernelsIsa, Int4Int16Activations) {
-  if (kernels::quant_kernels_for(GetParam()).lanes != 8) GTEST_SKIP() << "a 16-lane variant: bf16 products";
+  const int lanes = kernels::quant_kernels_for(GetParam()).lanes;
+  if (lanes == 0) GTEST_SKIP() << "the scalar reference: no int16 layout";
+  const int64_t block = kernels::word16_block(lanes);
   ThreadPool pool(2);
   Rng rng(31);
   const std::pair<int64_t, int64_t> shapes[] = {{8, 8},     {40, 40},  {32, 32},   {96, 32},   {160, 32},
                                                 {64, 64},   {128, 64}, {192, 64},  {256, 128}, {384, 192},
-                                                {2048, 32}, {640, 640}};
+                                                {2048, 32}, {640, 640}, {512, 256}, {1152, 384}};
   for (const auto& [cols, group] : shapes)
     for (DType sd : {DType::BF16, DType::F32}) {
       const QuantCase c{WeightFormat::Int4Group, ActivationQuant::Bf16, sd, false, 7, cols, group};
       const QuantWeights q = make_quant(c, rng);
-      ASSERT_TRUE(kernels::int4_word16_layout(q.matrix(), 8)) << describe(c, 1);
+      if (lanes == 16 && (group % 128 != 0 && 128 % group != 0 && group != cols)) {
+        ASSERT_FALSE(kernels::int4_word16_layout(q.matrix(), lanes)) << describe(c, 1);
+        continue;
+      }
+      ASSERT_TRUE(kernels::int4_word16_layout(q.matrix(), lanes)) << describe(c, 1);
       for (int64_t n : {1, 3, 4, 7}) {
         expect_matches_reference(pool, GetParam(), q, n, rng);
         if (HasFatalFailure()) return;
@@ -366,7 +373,7 @@ TEST_P(QuantKernelsIsa, Int4Int16Activations) {
     std::vector<float> x(size_t(c.cols));
     for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0 ? -3e4f : 3e4f) * std::ldexp(1.0f, -int(i % 21));
     std::vector<double> mag;
-    const std::vector<double> want = reference(q, x, 1, mag);
+    const std::vector<double> want = reference(q, x, 1, mag, block);
     const std::vector<float> got = run_variant(pool, GetParam(), q, x, 1);
     for (size_t i = 0; i < want.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-5 * mag[i] + 1e-6) << "fill " << int(fill) << " at " << i;
@@ -430,6 +437,81 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,
 
 // The public entry point: every float ISA (each picks its VNNI variant where present), split
 // over threads, equals the reference; a row slice computes exactly those rows.
+// The int16 activations prepare_input hands the kernels (int4_word16_layout), word for word
+// against QuantInput's documented layout: per block of 8L inputs s = amax / 32767 (NaN if an input
+// is), q = round-half-even(x * 32767 / amax) clamped to +-32767 at (q[8l + j], q[8l + 4 + j]) of
+// vector j, and -8 x each lane's sum; zero past cols. The 16-lane variants do this with AVX-512
+// (quantize_word16_avx512), the 8-lane ones with the portable loop.
+TEST(QuantKernels, Word16ActivationsFollowTheDocumentedLayout) {
+  ThreadPool pool(2);
+  Rng rng(53);
+  int checked = 0;
+  for (const QuantIsa isa : {QuantIsa::Avx2Vnni, QuantIsa::Avx512Vnni, QuantIsa::Avx512}) {
+    if (!kernels::quant_isa_supported(isa)) continue;
+    const int64_t L = kernels::quant_kernels_for(isa).lanes, B = kernels::word16_block(L);
+    for (const int64_t cols : {8, 40, 128, 200, 384, 7168}) {
+      const int64_t n = 3;
+      std::vector<float> x = random_x(n * cols, rng);
+      x[size_t(cols + cols / 2)] = std::numeric_limits<float>::quiet_NaN();  // token 1
+      for (int64_t i = 0; i < cols; i += 3) x[size_t(2 * cols + i)] *= 1e-30f;  // token 2: tiny inputs
+      const std::vector<uint8_t> data(size_t(4 * cols / 2));
+      const std::vector<float> scales(size_t(4), 1.0f);
+      WeightMatrix w;
+      w.format = WeightFormat::Int4Group;
+      w.act_quant = ActivationQuant::Bf16;
+      w.data = data.data();
+      w.rows = 4;
+      w.cols = cols;
+      w.group_size = cols;
+      w.scales = scales.data();
+      w.scale_dtype = DType::F32;
+      ASSERT_TRUE(kernels::int4_word16_layout(w, int(L)));
+      kernels::PreparedInput p;
+      kernels::prepare_input(pool, kernels::quant_kernels_for(isa), w, x.data(), n, p);
+      const kernels::QuantInput& in = p.in;
+      const int64_t nblocks = (cols + B - 1) / B;
+      ASSERT_EQ(in.ldxw, nblocks * B);
+      ASSERT_EQ(in.ldsum, nblocks * L);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t b = 0; b < nblocks; ++b) {
+          const float* src = x.data() + t * cols + b * B;
+          const int64_t len = std::min(B, cols - b * B);
+          float amax = 0.0f;
+          bool nan = false;
+          for (int64_t i = 0; i < len; ++i) {
+            nan |= std::isnan(src[i]);
+            if (!std::isnan(src[i])) amax = std::max(amax, std::fabs(src[i]));
+          }
+          const float scale = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+          const std::string where = std::string(kernels::quant_isa_name(isa)) + " cols " + std::to_string(cols) +
+                                    " t " + std::to_string(t) + " block " + std::to_string(b);
+          const float got_scale = in.xwscale[t * in.ldxws + b];
+          if (nan) {
+            EXPECT_TRUE(std::isnan(got_scale)) << where;
+          } else {
+            EXPECT_EQ(got_scale, scale) << where;
+          }
+          for (int64_t l = 0; l < L; ++l) {
+            int32_t sum = 0;
+            for (int64_t e = 0; e < 8; ++e) {
+              const int64_t i = 8 * l + e;
+              int32_t q = 0;
+              if (i < len) {
+                const float v = src[i] * inv;
+                q = std::isnan(v) ? -32767 : int32_t(std::clamp(std::nearbyint(v), -32767.0f, 32767.0f));
+              }
+              sum += q;
+              ASSERT_EQ(in.xw[t * in.ldxw + b * B + (e % 4) * 2 * L + 2 * l + e / 4], q) << where << " input " << i;
+            }
+            ASSERT_EQ(in.negsum[t * in.ldsum + b * L + l], -8 * sum) << where << " lane " << l;
+          }
+          ++checked;
+        }
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << "no SIMD variant with the int16 layout on this CPU";
+}
+
 TEST(QuantKernels, PublicMatmulAndRowSlice) {
   ThreadPool pool(4);
   Rng rng(5);

@@ -189,12 +189,13 @@ inline double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 // n standard-normal floats.
-// x as the 8-lane INT4 kernels take 16-bit activations (kernels::int4_word16_layout): per block
-// of 64 inputs, q = round-to-nearest-even(x * (32767 / amax)) times amax / 32767, in double.
-inline std::vector<double> int16_block_values(const float* x, int64_t cols) {
+// x as the INT4 kernels take 16-bit activations as int16 (kernels::int4_word16_layout): per block
+// of `block` inputs (64 on 8 lanes, 128 on 16), q = round-to-nearest-even(x * (32767 / amax))
+// times amax / 32767, in double.
+inline std::vector<double> int16_block_values(const float* x, int64_t cols, int64_t block = 64) {
   std::vector<double> v(static_cast<size_t>(cols));
-  for (int64_t b = 0; b < cols; b += 64) {
-    const int64_t e = std::min<int64_t>(cols, b + 64);
+  for (int64_t b = 0; b < cols; b += block) {
+    const int64_t e = std::min<int64_t>(cols, b + block);
     float amax = 0.0f;
     for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;

@@ -4,7 +4,8 @@
 // bf16 values is exact in f32 and the sums are f32, so only the activations' rounding differs
 // from the f32 kernels. On CPUs with AVX512_BF16 one VDPBF16PS multiplies 32 pairs, twice the
 // f32 FMA's work per instruction and no widening of the weights; elsewhere matmul() rounds the
-// activations and runs the f32 kernels on them (the same values, summed in another order).
+// activations and runs the f32 kernels on them (the same values, summed in another order). Where
+// VDPBF16PS is slow (bf16_dot_rate.h: Intel) matmul() takes these kernels for few tokens only.
 #include <cstdint>
 
 #include "kernels/matmul.h"

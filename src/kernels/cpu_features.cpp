@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/bf16_dot_rate.h"
+
 namespace kimi {
 
 namespace {
@@ -74,7 +76,13 @@ std::string kernel_isa_summary() {
   const auto add = [&](bool on, const char* name) {
     if (on) ext += std::string(ext.empty() ? "" : ", ") + "+" + name;
   };
-  add(isa == Isa::Avx512 && f.avx512_bf16, "avx512-bf16");
+  if (isa == Isa::Avx512 && f.avx512_bf16) {
+    // Where VDPBF16PS is slow the INT4 and compute-bound products avoid it (bf16_dot_rate.h).
+    char slow[96];
+    std::snprintf(slow, sizeof slow, "avx512-bf16 (slow: %.1fx an FMA's time%s)", kernels::bf16_dot_cost_ratio(),
+                  std::getenv(kernels::kBf16DotVariable) ? ", overridden" : "");
+    add(true, kernels::bf16_dot_is_fast() ? "avx512-bf16" : slow);
+  }
   add(isa == Isa::Avx512 && f.avx512_vnni, "avx512-vnni");
   add(isa == Isa::Avx2 && f.avx_vnni, "avx-vnni");
   if (cap()) ext += std::string(ext.empty() ? "" : "; ") + kCapVariable + "=" + std::string(isa_name(*cap()));

@@ -289,15 +289,9 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
   }
 }
 
-// Word i of the two-register pair (a | b) for output word i of a column pair: columns j and j + 1
-// of the 32 x 4 matrix x[4w + j] of a half block (w < 16), j = 0 or 2.
-constexpr auto column_pair_index(int j) {
-  std::array<uint16_t, 32> idx{};
-  for (int i = 0; i < 32; ++i) idx[size_t(i)] = uint16_t(i < 16 ? 4 * i + j : 4 * (i - 16) + j + 1);
-  return idx;
-}
-constexpr auto kColumns01 = column_pair_index(0);
-constexpr auto kColumns23 = column_pair_index(2);
+// Columns j and j + 1 of the 32 x 4 matrix x[4w + j] of a half block (w < 16), j = 0 or 2.
+constexpr auto kColumns01 = word_pair_index(0);
+constexpr auto kColumns23 = word_pair_index(2);
 
 }  // namespace
 

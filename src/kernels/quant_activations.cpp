@@ -138,18 +138,23 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
   in.n = n;
   in.cols = cols;
   if (int4_word16_layout(w, int(L))) {
-    const int64_t nblocks = (cols + 63) / 64;
-    in.ldxw = nblocks * kWord16BlockShorts;
+    const int64_t B = word16_block(L), nblocks = (cols + B - 1) / B;
+    in.ldxw = nblocks * B;
     in.ldxws = nblocks;
-    in.ldsum = nblocks * 8;
+    in.ldsum = nblocks * L;
     out.xw.assign(size_t(n * in.ldxw), 0);
     out.xwscale.assign(size_t(n * in.ldxws), 0.0f);
     out.negsum.assign(size_t(n * in.ldsum), 0);
     pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t)
+      for (int64_t t = t0; t < t1; ++t) {
+        if (L == 16) {  // an AVX-512 variant: the CPU has it
+          quantize_word16_avx512(x + t * cols, cols, out.xw.data() + t * in.ldxw, out.xwscale.data() + t * in.ldxws,
+                                 out.negsum.data() + t * in.ldsum);
+          continue;
+        }
         for (int64_t b = 0; b < nblocks; ++b) {
-          const float* src = x + t * cols + b * 64;
-          const int64_t len = std::min<int64_t>(64, cols - b * 64);
+          const float* src = x + t * cols + b * B;
+          const int64_t len = std::min<int64_t>(B, cols - b * B);
           float amax = 0.0f;
           bool nan = false;
           for (int64_t i = 0; i < len; ++i) {
@@ -159,17 +164,18 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
           const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
           // A NaN input makes the block's scale NaN, so it reaches the outputs as f32's would.
           out.xwscale[size_t(t * in.ldxws + b)] = nan ? std::numeric_limits<float>::quiet_NaN() : s;
-          int16_t* dst = out.xw.data() + t * in.ldxw + b * kWord16BlockShorts;
-          int32_t* neg = out.negsum.data() + t * in.ldsum + b * 8;
+          int16_t* dst = out.xw.data() + t * in.ldxw + b * B;
+          int32_t* neg = out.negsum.data() + t * in.ldsum + b * L;
           for (int64_t l = 0; l < (len + 7) / 8; ++l)
             for (int64_t e = 0; e < 8 && 8 * l + e < len; ++e) {
               // Rounded to nearest even by the SSE conversion (a libm lrintf call otherwise);
               // |x * inv| <= 32767 up to one rounding, clamped for that one.
               const int32_t q = std::clamp(_mm_cvtss_si32(_mm_set_ss(src[8 * l + e] * inv)), -32767, 32767);
-              dst[(e % 4) * 16 + 2 * l + e / 4] = int16_t(q);
+              dst[(e % 4) * 2 * L + 2 * l + e / 4] = int16_t(q);
               neg[l] -= 8 * q;
             }
         }
+      }
     });
     in.xw = out.xw.data();
     in.xwscale = out.xwscale.data();
@@ -177,7 +183,7 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
     return;
   }
   if (w.act_quant == ActivationQuant::Bf16)  // matmul.cpp rounds them for every other variant
-    throw Error("internal: 16-bit activations reach the integer kernels only on the 8-lane int4 layout");
+    throw Error("internal: 16-bit activations reach the integer kernels only on the int4 word16 layout");
   if (w.act_quant == ActivationQuant::None) {
     if (!int4 || L == 0) return;  // the kernels read x as it is
     if (int4_word_layout(w, int(L))) {

@@ -88,6 +88,20 @@ struct Avx512QuantTraits : Avx512Traits {
   }
   static V permute(V v, VI idx) { return _mm512_permutexvar_ps(idx, v); }
   static VI permute_i(VI v, VI idx) { return _mm512_permutexvar_epi32(idx, v); }
+
+  // int4 x int16 (int4_word16_layout): nibble j of every 16-bit half as an int16, and the
+  // products of int16 pairs added into the int32 lanes.
+  static VI nibble16(VI words, unsigned j) {
+    if (j == 3) return _mm512_srli_epi16(words, 12);
+    const VI m = _mm512_set1_epi16(0xF);
+    return _mm512_and_si512(j == 0 ? words : _mm512_srli_epi16(words, int(4 * j)), m);
+  }
+  static VI dot_i16(VI acc, VI a, VI b) {
+    if constexpr (kVnni)
+      return _mm512_dpwssd_epi32(acc, a, b);
+    else
+      return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  }
 };
 
 }  // namespace

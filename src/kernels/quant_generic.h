@@ -25,6 +25,8 @@
 //   zeros_window(p, count), permute(v, idx), permute_i(v, idx)
 //   8-lane variants only (int4_f32_words8_tile): nibble_in_place(words, j) (nibble j of each
 //   lane as f32, times 16^j for j < 7), scale_pair(row_groups, g, count) ([s_g x4, s_g+1 x4])
+//   nibble16(words, j), dot_i16(acc, a, b)  int4 x int16 (int4_word16_layout): nibble j of each
+//                                16-bit half as an int16; acc[l] += a[2l] b[2l] + a[2l+1] b[2l+1]
 //
 // Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
 // can be merged into code that runs on a CPU without it; no out-of-line library code is used.
@@ -107,6 +109,18 @@ inline void locate_tokens(const QuantInput& in, int64_t t0, bool int4, const int
   for (int t = 0; t < T; ++t) {
     xs[t] = in.xq + (t0 + t) * in.ldxq;
     ns[t] = int4 ? in.negsum + (t0 + t) * in.ldsum : nullptr;
+  }
+}
+
+// The int16 activations, their lanes' negated sums and their blocks' scales of the tile's tokens
+// (int4_word16_layout).
+template <int T>
+inline void locate_int16_tokens(const QuantInput& in, int64_t t0, const int16_t* (&xs)[T], const int32_t* (&ns)[T],
+                                const float* (&ss)[T]) {
+  for (int t = 0; t < T; ++t) {
+    xs[t] = in.xw + (t0 + t) * in.ldxw;
+    ns[t] = in.negsum + (t0 + t) * in.ldsum;
+    ss[t] = in.xwscale + (t0 + t) * in.ldxws;
   }
 }
 
@@ -360,18 +374,14 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
   const int16_t* xs[T];
   const int32_t* ns[T];
   const float* ss[T];
-  for (int t = 0; t < T; ++t) {
-    xs[t] = in.xw + (c.t0 + t) * in.ldxw;
-    ns[t] = in.negsum + (c.t0 + t) * in.ldsum;
-    ss[t] = in.xwscale + (c.t0 + t) * in.ldxws;
-  }
+  locate_int16_tokens<T>(in, c.t0, xs, ns, ss);
   V total[R][T];
   zero_tile<Tr>(total);
   for_word8_blocks<Tr, R, kPair>(c, rows, rg, [&](int64_t b, int r, VI v, V s) {
     VI q[4];
     for (unsigned j = 0; j < 4; ++j) q[j] = Tr::nibble16(v, j);
     for (int t = 0; t < T; ++t) {
-      const int16_t* xb = xs[t] + b * kWord16BlockShorts;
+      const int16_t* xb = xs[t] + b * word16_block(8);
       VI a0 = Tr::load_i(ns[t] + b * 8), a1 = Tr::izero();
       a0 = Tr::dot_i16(a0, q[0], Tr::load_block(xb));
       a1 = Tr::dot_i16(a1, q[1], Tr::load_block(xb + 16));
@@ -380,6 +390,76 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
       total[r][t] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), Tr::mul(s, Tr::set1(ss[t][b])), total[r][t]);
     }
   });
+  for (int t = 0; t < T; ++t)
+    for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
+}
+
+// Int4Group x int16 activations on 16 lanes (AVX-512; int4_word16_layout): the 64-byte blocks of
+// int4_f32_words_tile, each 16 words of 8 nibbles, with int4_i16_words8_tile's arithmetic: per
+// 128 weights and row three shifts and three ANDs, and per token four VPDPWSSD (VPMADDWD +
+// VPADDD without VNNI) from -8 x the lanes' input sums, one conversion and one FMA by (the lanes'
+// weight scales x the block's activation scale). Where VDPBF16PS is slow (Emerald Rapids) this
+// takes 0.62-0.66x the AVX512_BF16 kernel's time over 12-64 tokens, 0.75x over one from L3
+// (bench/results/2026-12-07-intel-bf16-dot-rate.md).
+template <class Tr, int R, int T, bool kPerBlock>
+void int4_i16_words16_tile(const QuantCtx& c, float* y) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  static_assert(Tr::kLanes == 16);
+  constexpr int64_t B = word16_block(16);
+  const WeightMatrix& w = *c.w;
+  const QuantInput& in = *c.in;
+  const int64_t G = w.group_size, groups = group_count<kPerBlock>(w);
+  const int64_t row_bytes = w.cols / 2, nblocks = (w.cols + B - 1) / B, nfull = w.cols / B;
+  const int tail_bytes = int(row_bytes - nfull * 64);
+  const int shift = kPerBlock ? group_shift(G) : 0;
+  alignas(64) int32_t lane_group[16];
+  for (int l = 0; l < 16; ++l) lane_group[l] = kPerBlock ? int32_t((8 * l) >> shift) : 0;
+  const VI idx = Tr::load_i(lane_group);
+  const int64_t groups_per_block = kPerBlock ? B >> shift : 1, window_blocks = 16 / groups_per_block;
+  const int64_t blocks_per_group = kPerBlock ? 0 : groups == 1 ? nblocks : G / B;
+
+  const uint8_t* rows[R];
+  RowGroups rg[R];
+  locate_rows<R>(w, c.r0, rows, rg);
+  const int16_t* xs[T];
+  const int32_t* ns[T];
+  const float* ss[T];
+  locate_int16_tokens<T>(in, c.t0, xs, ns, ss);
+  V total[R][T], ws[R], window[R];
+  zero_tile<Tr>(total);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const int64_t byte = b * 64;
+    if (c.prefetch) prefetch_ahead<R>(rows, byte, row_bytes, c);
+    if constexpr (kPerBlock) {
+      // Each row's scales 16 at a time (those of 16 / groups_per_block blocks): one load per
+      // window, and per block one permute picks its lanes' scales.
+      const int64_t k = b % window_blocks;
+      if (k == 0) {
+        const int64_t g0 = b * groups_per_block;
+        const int count = int(qmin(16, groups - g0));
+        for (int r = 0; r < R; ++r) window[r] = Tr::scales_window(rg[r], g0, count);
+      }
+      const VI lanes = Tr::iadd(idx, Tr::iset1(int(k * groups_per_block)));
+      for (int r = 0; r < R; ++r) ws[r] = Tr::permute(window[r], lanes);
+    } else if (b % blocks_per_group == 0) {
+      for (int r = 0; r < R; ++r) ws[r] = Tr::set1(rg[r].scale(b / blocks_per_group));
+    }
+    for (int r = 0; r < R; ++r) {
+      const VI v = b < nfull ? Tr::load_block(rows[r] + byte) : Tr::load_block_tail(rows[r] + byte, tail_bytes);
+      VI q[4];
+      for (unsigned j = 0; j < 4; ++j) q[j] = Tr::nibble16(v, j);
+      for (int t = 0; t < T; ++t) {
+        const int16_t* xb = xs[t] + b * B;
+        VI a0 = Tr::load_i(ns[t] + b * 16), a1 = Tr::izero();
+        a0 = Tr::dot_i16(a0, q[0], Tr::load_block(xb));
+        a1 = Tr::dot_i16(a1, q[1], Tr::load_block(xb + 32));
+        a0 = Tr::dot_i16(a0, q[2], Tr::load_block(xb + 64));
+        a1 = Tr::dot_i16(a1, q[3], Tr::load_block(xb + 96));
+        total[r][t] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), Tr::mul(ws[r], Tr::set1(ss[t][b])), total[r][t]);
+      }
+    }
+  }
   for (int t = 0; t < T; ++t)
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
@@ -677,6 +757,9 @@ void run_kind(const QuantCtx& c, float* y) {
     if constexpr (Tr::kLanes == 8) {
       if (w.group_size == 32 && w.cols > 32) return int4_i16_words8_tile<Tr, R, T, true>(c, y);
       return int4_i16_words8_tile<Tr, R, T, false>(c, y);
+    } else {
+      if (w.cols / w.group_size > 1 && w.group_size < 128) return int4_i16_words16_tile<Tr, R, T, true>(c, y);
+      return int4_i16_words16_tile<Tr, R, T, false>(c, y);
     }
   } else if (int4) {
     if constexpr (Tr::kLanes == 16) {

@@ -4,6 +4,7 @@
 // kernels, each variant lives in a file compiled with its ISA flags (quant_scalar.cpp,
 // quant_avx2.cpp, quant_avxvnni.cpp, quant_avx512.cpp, quant_avx512vnni.cpp); matmul.cpp
 // validates, prepares the activations once per call (quant_activations.cpp) and splits rows.
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string_view>
@@ -44,10 +45,10 @@ struct QuantInput {
   // Int4Group x int8 (SIMD): -(sum of xq over inputs [8j, 8j + 8)), zero-padded; [n, ldsum].
   const int32_t* negsum = nullptr;
   int64_t ldsum = 0;
-  // Int4Group x 16-bit activations on 8 lanes (int4_word16_layout): per block of 64 inputs, x as
-  // int16 q = round(x / s) with the block's own s = amax / 32767, 64 shorts laid out for j = 0..3
-  // as (q[8l + j], q[8l + 4 + j]) for l < 8; [n, ldxw]. The blocks' s in xwscale [n, ldxws], and
-  // in negsum ([n, ldsum]) -8 * (the sum of lane l's 8 q), the zero point folded in.
+  // Int4Group x 16-bit activations (int4_word16_layout): per block of 8L inputs, x as int16
+  // q = round(x / s) with the block's own s = amax / 32767, 8L shorts laid out for j = 0..3 as
+  // (q[8l + j], q[8l + 4 + j]) for l < L; [n, ldxw]. The blocks' s in xwscale [n, ldxws], and in
+  // negsum ([n, ldsum], L per block) -8 * (the sum of lane l's 8 q), the zero point folded in.
   const int16_t* xw = nullptr;
   int64_t ldxw = 0;
   const float* xwscale = nullptr;
@@ -107,18 +108,37 @@ inline bool int4_word8_layout(const WeightMatrix& w, int lanes) {
 constexpr int64_t kWord8BlockFloats = 72;
 
 // Whether int4 x 16-bit activations (ActivationQuant::Bf16: `--dtype bfloat16`) runs as int4 x
-// int16 on 8 lanes (AVX2), on the word8 layout's packed words and groups. Without AVX512_BF16
-// nothing multiplies bf16, and the f32 kernel spends a conversion and an FMA per weight; here
-// VPMADDWD (VPDPWSSD with AVX-VNNI) multiplies 16 nibbles, taken in place from their words by one
-// shift and one AND, with 16 int16 activations. Each block of 64 inputs is quantized on its own
-// (amax / 32767): its error is at most 2^-16 of the block's largest input, below bf16's 2^-9
-// relative rounding for every input within 128x of that largest.
+// int16 on the variant's packed words: on 8 lanes (AVX2) always, since nothing there multiplies
+// bf16 and the f32 kernel spends a conversion and an FMA per weight; on 16 lanes (AVX-512) where
+// the CPU's VDPBF16PS is slow (bf16_dot_rate.h: Intel) and a product has more than 2 tokens
+// (matmul.cpp), or where a caller picks the variant. One
+// shift and one AND take 2L nibbles in place from their words as int16 for one VPMADDWD
+// (VPDPWSSD with VNNI) with 2L int16 activations. Each block of 8L inputs (64 or 128) is
+// quantized on its own (amax / 32767): its error is at most 2^-16 of the block's largest input,
+// below bf16's 2^-9 relative rounding for every input within 128x of that largest. Groups: 8
+// lanes take 32 (two per block), multiples of 64, or one per row; 16 lanes groups that tile
+// blocks of 128 (32, 64, multiples of 128) or one per row.
 inline bool int4_word16_layout(const WeightMatrix& w, int lanes) {
   const int64_t g = w.group_size;
-  return lanes == 8 && w.format == WeightFormat::Int4Group && w.act_quant == ActivationQuant::Bf16 &&
-         w.zero_points == nullptr && (g == w.cols || g == 32 || g % 64 == 0);
+  if (w.format != WeightFormat::Int4Group || w.act_quant != ActivationQuant::Bf16 || w.zero_points != nullptr)
+    return false;
+  if (lanes == 8) return g == w.cols || g == 32 || g % 64 == 0;
+  return lanes == 16 && groups_tile_blocks_of_128(w);
 }
-constexpr int64_t kWord16BlockShorts = 64;
+// Inputs (and int16 activations) per block of the int16 layout: 8 per lane.
+constexpr int64_t word16_block(int64_t lanes) { return 8 * lanes; }
+// The pair order of the 16-lane INT4 layouts (the int16 one above and the AVX512_BF16 kernel's
+// bf16 one, bf16_dot.h): vector j of a block of 128 inputs holds inputs 4i + j (i < 32), pair l
+// being (8l + j, 8l + 4 + j). VPERMT2W indices into two registers of a half block's 64 inputs
+// that give its inputs 4i + j (i < 16), then 4i + j + 1: vectors j and j + 1's halves.
+constexpr std::array<uint16_t, 32> word_pair_index(int j) {
+  std::array<uint16_t, 32> idx{};
+  for (int i = 0; i < 32; ++i) idx[size_t(i)] = uint16_t(i < 16 ? 4 * i + j : 4 * (i - 16) + j + 1);
+  return idx;
+}
+// One token's 16-lane int16 activations as QuantInput documents them (xw, xwscale, negsum rows),
+// with AVX-512 (int16_activations_avx512.cpp); only where the CPU has it.
+void quantize_word16_avx512(const float* x, int64_t cols, int16_t* dst, float* scales, int32_t* negsum);
 
 // Owns the buffers a QuantInput points into.
 struct PreparedInput {

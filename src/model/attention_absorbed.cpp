@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/bf16_dot.h"
+#include "kernels/bf16_dot_rate.h"
 #include "kernels/matmul.h"
 #include "kernels/mla_kernels.h"
 #include "kernels/vec_ops.h"
@@ -172,11 +173,14 @@ struct Partials {
 
 // Whether the scores take bf16 queries and the values bf16 probabilities (ChunkSoftmax::attend):
 // every query's cache holds bf16 rows, the model rounds its linears' activations to bf16 too
-// (o_proj's, as all of them), and the CPU has the AVX512_BF16 kernels. 64 heads x [16 x 576] from
-// L2, one thread: a tile 0.57-0.62x the time in f32 (bench_kernels' BM_MlaTiles); the real shapes'
-// attention phase at a 4 K context 0.73-0.80x. The naive form keeps f32 (README, --dtype).
+// (o_proj's, as all of them), and the CPU has the AVX512_BF16 kernels with a fast VDPBF16PS. 64
+// heads x [16 x 576] from L2, one thread: a tile 0.57-0.62x the time in f32 on Zen 5 (bench_kernels'
+// BM_MlaTiles), the real shapes' attention phase at a 4 K context 0.73-0.80x; on Emerald Rapids,
+// whose VDPBF16PS issues at a quarter of the FMA's rate (kernels/bf16_dot_rate.h), 1.34x the time,
+// so there the core stays f32. The naive form keeps f32 (README, --dtype).
 bool bf16_attention(const AttentionWeights& w, std::span<const Query> queries) {
-  if (w.o.act_quant != ActivationQuant::Bf16 || !kernels::mla_scores_bf16()) return false;
+  if (w.o.act_quant != ActivationQuant::Bf16 || !kernels::mla_scores_bf16() || !kernels::bf16_dot_is_fast())
+    return false;
   for (const Query& qi : queries)
     if (qi.kv->layout.dtype != KvCacheDtype::BFloat16) return false;
   return true;
