@@ -7,6 +7,7 @@
 // The memory-bound BF16 GEMV (up to 12 tokens) keeps VDPBF16PS everywhere; the INT4 kernels, the
 // BF16 GEMM and the attention core ask this. KIMI_BF16_DOT=fast or slow overrides the
 // measurement (read once), so that one machine can run and time both paths.
+#include <cstdint>
 #include <optional>
 
 namespace kimi::kernels {
@@ -14,13 +15,25 @@ namespace kimi::kernels {
 inline constexpr const char* kBf16DotVariable = "KIMI_BF16_DOT";
 
 // VDPBF16PS zmm's reciprocal throughput over VFMADD231PS zmm's, measured once (14 independent
-// chains of each, best of several alternated runs of ~10 us); 0 where there is no AVX512_BF16.
+// chains of each, best of 7 alternated runs of ~10-40 us); 0 where there is no AVX512_BF16.
 double bf16_dot_cost_ratio();
 
 // has_avx512_bf16() and VDPBF16PS multiplies at least as many pairs per cycle as the FMA does
 // (bf16_dot_cost_ratio() <= 2), or KIMI_BF16_DOT=fast: the products it does in bf16 then cost
 // less than in f32. Decided once per process.
 bool bf16_dot_is_fast();
+
+// What matmul() (matmul.cpp) still runs on VDPBF16PS where it is slow. Up to this many tokens the
+// AVX512_BF16 BF16 kernel's small-batch tiles: they are bound by the weights' read (Emerald Rapids, 2048 x 7168 from DRAM:
+// 0.82x the f32 kernel's time at 1 token, 0.83x at 12); the GEMM beyond is bound by VDPBF16PS
+// there (1.27x the f32 kernel's time at 64 tokens) and takes the f32 kernel on the rounded values.
+inline constexpr int64_t kSlowBf16DotMaxTokens = 12;
+// The same for INT4 weights: up to 2 tokens (its decode tile) the AVX512_BF16 INT4 kernel is no
+// slower than the int16 one even where VDPBF16PS is slow (k25-int4's routed experts on Emerald
+// Rapids took 1.02x the time with int16, median of 4 alternated pairs, 1.3-1.4x in 3 earlier
+// ones; from L3 the int16 kernel takes 0.75x, from DRAM it gains nothing); from 12 tokens int16
+// takes 0.63x the time.
+inline constexpr int64_t kSlowInt4Bf16DotMaxTokens = 2;
 
 // KIMI_BF16_DOT's value: "fast" true, "slow" false, unset or empty none; anything else is
 // reported on stderr and ignored.

@@ -59,30 +59,18 @@ const kernels::QuantKernelTable& quant_table(const kernels::KernelTable& k, cons
   return kernels::quant_simd_supports(w, t.lanes) ? t : kernels::kQuantScalar;
 }
 
-// Up to this many tokens the AVX512_BF16 BF16 kernel's small-batch tiles run even where
-// VDPBF16PS is slow: they are bound by the weights' read (Emerald Rapids, 2048 x 7168 from DRAM:
-// 0.82x the f32 kernel's time at 1 token, 0.83x at 12); the GEMM beyond is bound by VDPBF16PS
-// there (1.27x the f32 kernel's time at 64 tokens) and takes the f32 kernel on the rounded values.
-constexpr int64_t kSlowBf16DotMaxTokens = 12;
-// The same for INT4 weights: up to 2 tokens (its decode tile) the AVX512_BF16 INT4 kernel is no
-// slower than the int16 one even where VDPBF16PS is slow (k25-int4's routed experts on Emerald
-// Rapids took 1.02x the time with int16, median of 4 alternated pairs, 1.3-1.4x in 3 earlier
-// ones; from L3 the int16 kernel takes 0.75x, from DRAM it gains nothing); from 12 tokens int16
-// takes 0.63x the time.
-constexpr int64_t kSlowInt4Bf16DotMaxTokens = 2;
-
 // x rounded to bf16 once per product, before the threads share its rows: for the AVX512_BF16
 // kernels when the table is AVX-512's (the tests' choice of ISA or variant is kept), else widened
 // back to f32 for k's own kernels (the same values; INT4 weights then run the f32-activation INT4
 // kernels, their matrix marked as such). INT4 weights take int16 activations instead, quantized
 // per block by prepare_input, on the 8-lane variants, and on the 16-lane ones where the caller
-// picked the integer variant or VDPBF16PS is slow and the product has more than 2 tokens
-// (int4_word16_layout).
+// picked the integer variant or VDPBF16PS is slow beyond a decode's few tokens (int4_word16_layout;
+// the token counts and why: bf16_dot_rate.h).
 void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, const kernels::QuantKernelTable* quant,
                               const MatmulJob& j, BatchPart& p) {
   const size_t count = size_t(j.n * j.w.cols);
   if (j.w.format == WeightFormat::Dense) {
-    if (k.isa == Isa::Avx512 && (j.n <= kSlowBf16DotMaxTokens || kernels::bf16_dot_is_fast()))
+    if (k.isa == Isa::Avx512 && (j.n <= kernels::kSlowBf16DotMaxTokens || kernels::bf16_dot_is_fast()))
       p.bf16_dot = kernels::bf16_dot_rows();
     if (p.bf16_dot) {
       p.xb.resize(count);
@@ -92,7 +80,7 @@ void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, c
   } else {
     const kernels::QuantKernelTable& t = quant_table(k, quant, j.w);
     if (!quant && t.lanes == 16 && kernels::int4_bf16_layout(j.w) &&
-        (j.n <= kSlowInt4Bf16DotMaxTokens || kernels::bf16_dot_is_fast()))
+        (j.n <= kernels::kSlowInt4Bf16DotMaxTokens || kernels::bf16_dot_is_fast()))
       p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
     if (p.int4_bf16_dot) {
       p.xb.resize(size_t(j.n * kernels::int4_bf16_packed_cols(j.w.cols)));
