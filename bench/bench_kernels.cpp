@@ -273,10 +273,10 @@ void BM_QuantMatmul(benchmark::State& state) {
   report_bytes(state, int64_t(w.at(0).bytes()));
   state.counters["FLOPS"] = benchmark::Counter(double(2 * rows * cols * n),
                                                benchmark::Counter::kIsIterationInvariantRate);
-  const bool bf16_dot = kernels::bf16_dot_is_fast() || n <= kernels::kSlowInt4Bf16DotMaxTokens;
-  const char* kernel = kind != QuantKind::Int4W4A16Bf16 ? ""
-                       : isa == Isa::Avx512 && bf16_dot ? " (vdpbf16ps)"
-                       : isa == Isa::Scalar ? "" : " (int16)";
+  const char* kernel = kind != QuantKind::Int4W4A16Bf16                      ? ""
+                       : isa == Isa::Avx512 && kernels::bf16_dot_is_fast() ? " (vdpbf16ps)"
+                       : isa == Isa::Scalar                                ? ""
+                                                                           : " (int16)";
   state.SetLabel(std::string(quant_kind_name(kind)) + kernel + " " + std::string(isa_name(isa)) +
                  (cold ? " cold" : " hot"));
 }

@@ -96,11 +96,11 @@ void expect_rounded_reference(const Int4Weights& iw, const std::vector<float>& x
 class Int4Bf16ActivationsIsa : public test::IsaTest {
  protected:
   // The block of inputs over which this ISA's matmul quantizes w's 16-bit activations to int16
-  // over n tokens (the 8-lane kernels always; the 16-lane ones where VDPBF16PS is slow, from 3
-  // tokens), or 0 where it rounds them to bf16.
-  int64_t int16_block(const WeightMatrix& w, int64_t n) const {
+  // (the 8-lane kernels always; the 16-lane ones where VDPBF16PS is slow), or 0 where it rounds
+  // them to bf16.
+  int64_t int16_block(const WeightMatrix& w) const {
     if (GetParam() == Isa::Avx2 && kernels::int4_word16_layout(w, 8)) return kernels::word16_block(8);
-    if (GetParam() == Isa::Avx512 && !kernels::bf16_dot_is_fast() && n > 2 && kernels::int4_word16_layout(w, 16))
+    if (GetParam() == Isa::Avx512 && !kernels::bf16_dot_is_fast() && kernels::int4_word16_layout(w, 16))
       return kernels::word16_block(16);
     return 0;
   }
@@ -131,7 +131,7 @@ TEST_P(Int4Bf16ActivationsIsa, MatmulMatchesRoundedReference) {
                                  "[" + std::to_string(rows) + "x" + std::to_string(sh.cols) + "] G=" +
                                      std::to_string(sh.group) + (f32_scales ? " f32 scales" : "") +
                                      (asymmetric ? " asymmetric" : "") + " n=" + std::to_string(n),
-                                 int16_block(w.matrix(), n));
+                                 int16_block(w.matrix()));
       }
 }
 
@@ -153,7 +153,7 @@ TEST_P(Int4Bf16ActivationsIsa, RoundsTheActivations) {
   EXPECT_EQ(y, 2.0f + std::ldexp(1.0f, -10) + std::ldexp(1.0f, -8)) << "f32 activations";
   w.act_quant = ActivationQuant::Bf16;
   matmul(pool, w, x.data(), 1, &y, GetParam());
-  if (int16_block(w, 1) == 0) {
+  if (int16_block(w) == 0) {
     EXPECT_EQ(y, 2.0f) << "bf16 activations";
     return;
   }

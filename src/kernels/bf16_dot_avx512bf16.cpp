@@ -9,6 +9,7 @@
 
 #include "kernels/avx512_traits.h"
 #include "kernels/bf16_dot.h"
+#include "kernels/prefetch.h"
 #include "kernels/streaming.h"
 #include "kernels/unroll.h"
 
@@ -92,9 +93,9 @@ void tile(const Tile& a) {
         if (a.prefetch) {
           const int64_t at = kk + ahead;
           if (at < a.k1)
-            __builtin_prefetch(w + r * cols + at, 0, 3);
+            prefetch_l1(w + r * cols + at);
           else if (r < a.next_rows)
-            __builtin_prefetch(w + (r + R) * cols + a.k0 + (at - a.k1), 0, 3);
+            prefetch_l1(w + (r + R) * cols + a.k0 + (at - a.k1));
         }
         const __m512bh wv = as_bh(_mm512_loadu_si512(w + r * cols + kk));
         KIMI_UNROLL for (int t = 0; t < T; ++t) acc[u][r][t] = _mm512_dpbf16_ps(acc[u][r][t], wv, xv[t]);

@@ -4,7 +4,7 @@
 // FMA (16), on Intel Sapphire / Emerald Rapids it takes ~2.2 cycles against the FMA's 0.5, so
 // there the AVX512_BF16 INT4 kernel is bound by it at ~70 % of the read bandwidth and the bf16
 // attention core is slower than the f32 one (bench/results/2026-12-07-intel-bf16-dot-rate.md).
-// The memory-bound BF16 GEMV (up to 12 tokens) keeps VDPBF16PS everywhere; the INT4 kernels, the
+// The memory-bound BF16 GEMV (up to 12 tokens) keeps VDPBF16PS everywhere; the INT4 kernel, the
 // BF16 GEMM and the attention core ask this. KIMI_BF16_DOT=fast or slow overrides the
 // measurement (read once), so that one machine can run and time both paths.
 #include <cstdint>
@@ -23,17 +23,14 @@ double bf16_dot_cost_ratio();
 // less than in f32. Decided once per process.
 bool bf16_dot_is_fast();
 
-// What matmul() (matmul.cpp) still runs on VDPBF16PS where it is slow. Up to this many tokens the
+// What matmul() (matmul.cpp) still runs on VDPBF16PS where it is slow: up to this many tokens the
 // AVX512_BF16 BF16 kernel's small-batch tiles: they are bound by the weights' read (Emerald Rapids, 2048 x 7168 from DRAM:
 // 0.82x the f32 kernel's time at 1 token, 0.83x at 12); the GEMM beyond is bound by VDPBF16PS
 // there (1.27x the f32 kernel's time at 64 tokens) and takes the f32 kernel on the rounded values.
 inline constexpr int64_t kSlowBf16DotMaxTokens = 12;
-// The same for INT4 weights: up to 2 tokens (its decode tile) the AVX512_BF16 INT4 kernel is no
-// slower than the int16 one even where VDPBF16PS is slow (k25-int4's routed experts on Emerald
-// Rapids took 1.02x the time with int16, median of 4 alternated pairs, 1.3-1.4x in 3 earlier
-// ones; from L3 the int16 kernel takes 0.75x, from DRAM it gains nothing); from 12 tokens int16
-// takes 0.63x the time.
-inline constexpr int64_t kSlowInt4Bf16DotMaxTokens = 2;
+// INT4 weights take the int16 kernel at every token count there: k25-int4's routed experts in
+// decode on Emerald Rapids take 0.83-0.93x the AVX512_BF16 kernel's time (3 alternated pairs, once
+// the int16 kernel's prefetches were compiled in: kernels/prefetch.h), over 12-64 tokens 0.63x.
 
 // KIMI_BF16_DOT's value: "fast" true, "slow" false, unset or empty none; anything else is
 // reported on stderr and ignored.

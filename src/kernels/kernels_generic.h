@@ -38,6 +38,7 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/matmul.h"
 #include "kernels/mla_generic.h"
+#include "kernels/prefetch.h"
 #include "kernels/streaming.h"
 
 namespace kimi::kernels {
@@ -79,7 +80,6 @@ struct TileArgs {
   float* y;        // y[t * ldy + r] for the tile's tokens t and rows r
   int64_t ldy;
   bool accumulate;  // add to y (a later column block) instead of overwriting it
-  bool prefetch;    // this pass reads the tile's weights from DRAM: prefetch them
   // Whole rows only (k0 = 0, k1 = cols): rows of the next tile of this call, contiguous after
   // this tile's, to prefetch past the rows' ends (see prefetch_rows).
   int next_rows = 0;
@@ -100,10 +100,10 @@ inline void prefetch_rows(const std::byte* const (&rows)[R], int64_t byte_pos, i
       // Rows are contiguous: row r of the next tile starts R rows after row r of this one.
       const int64_t past = byte_pos + b - byte_end;
       if (past >= byte_end) return;
-      for (int r = 0; r < next_rows; ++r) __builtin_prefetch(rows[r] + R * byte_end + past, 0, 3);
+      for (int r = 0; r < next_rows; ++r) prefetch_l1(rows[r] + R * byte_end + past);
       continue;
     }
-    for (int r = 0; r < R; ++r) __builtin_prefetch(rows[r] + byte_pos + b, 0, 3);
+    for (int r = 0; r < R; ++r) prefetch_l1(rows[r] + byte_pos + b);
   }
 }
 
@@ -130,7 +130,10 @@ void store_tile(const typename Tr::V (&acc)[R][T], const TileArgs& a) {
 // The register tile: R rows x T tokens of dot products over columns [k0, k1). Each weight vector
 // is loaded and converted once and used for T tokens; each x vector is used for R rows; U
 // independent accumulator sets hide the FMA latency when R * T alone is too small for that.
-template <class Tr, DType D, int R, int T, int U>
+// kPrefetch: this pass reads the tile's weights from DRAM (the GEMV), so it prefetches them. The
+// GEMM's tiles are compiled without it: with the prefetch code in the loop, even switched off,
+// its tiles took 1.3-2x the time (the addresses it keeps live; bench/results/2026-12-07-prefetch.md).
+template <class Tr, DType D, int R, int T, int U, bool kPrefetch>
 void dot_tile(const TileArgs& a) {
   using V = typename Tr::V;
   constexpr int64_t L = Tr::kLanes;
@@ -146,7 +149,7 @@ void dot_tile(const TileArgs& a) {
 
   int64_t k = a.k0;
   for (; k + U * L <= a.k1; k += U * L) {
-    if (a.prefetch) prefetch_rows<R>(rows, k * kElem, a.k1 * kElem, U * L * kElem, a.next_rows);
+    if constexpr (kPrefetch) prefetch_rows<R>(rows, k * kElem, a.k1 * kElem, U * L * kElem, a.next_rows);
     for (int u = 0; u < U; ++u) {
       V xv[T];
       for (int t = 0; t < T; ++t) xv[t] = Tr::load_x(xs[t] + k + u * L);
@@ -189,7 +192,7 @@ void dot_tile(const TileArgs& a) {
 // loaded as L 32-bit pairs, and one shift (even columns) or one mask (odd columns) turns them
 // into f32, where widening costs two instructions per L weights. The x block must be packed to
 // match (pack_x_pairs): for each 2L columns, the L even ones, then the L odd ones, zero-padded.
-template <class Tr, int R, int T>
+template <class Tr, int R, int T, bool kPrefetch>
 void dot_tile_bf16_pairs(const TileArgs& a) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
@@ -216,7 +219,7 @@ void dot_tile_bf16_pairs(const TileArgs& a) {
   const int64_t len = a.k1 - a.k0;
   int64_t j = 0;
   for (; j + 2 * L <= len; j += 2 * L) {
-    if (a.prefetch) prefetch_rows<R>(rows, (a.k0 + j) * 2, a.k1 * 2, 2 * L * 2);
+    if constexpr (kPrefetch) prefetch_rows<R>(rows, (a.k0 + j) * 2, a.k1 * 2, 2 * L * 2);
     step(j, [&](const std::byte* row) { return Tr::load_bf16_raw(row, a.k0 + j); });
   }
   if (j < len) {
@@ -236,11 +239,11 @@ void pack_x_pairs(const float* x, int64_t ldx, int tokens, int64_t k0, int64_t k
       Tr::deinterleave_x(x + t * ldx + k0 + j, int(min_i64(L2, k1 - k0 - j)), xp + t * ldp + j);
 }
 
-template <class Tr, DType D, int U>
+template <class Tr, DType D, int U, bool kPrefetch>
 struct PlainTile {
   template <int R, int T>
   static void run(const TileArgs& a) {
-    dot_tile<Tr, D, R, T, U>(a);
+    dot_tile<Tr, D, R, T, U, kPrefetch>(a);
   }
 };
 // The tile of the few-token path: dot_tile over whole rows, with enough accumulator sets
@@ -249,14 +252,14 @@ template <class Tr, DType D>
 struct SmallBatchTile {
   template <int R, int T>
   static void run(const TileArgs& a) {
-    dot_tile<Tr, D, R, T, (R * T >= 6 ? 1 : R * T >= 3 ? 2 : 4)>(a);
+    dot_tile<Tr, D, R, T, (R * T >= 6 ? 1 : R * T >= 3 ? 2 : 4), Tr::kPrefetch>(a);
   }
 };
 template <class Tr>
 struct Bf16PairTile {
   template <int R, int T>
   static void run(const TileArgs& a) {
-    dot_tile_bf16_pairs<Tr, R, T>(a);
+    dot_tile_bf16_pairs<Tr, R, T, false>(a);
   }
 };
 
@@ -294,8 +297,7 @@ void small_batch_rows(const std::byte* base, size_t row_bytes, const float* x, i
   for (int64_t r = r0; r < r1; r += R)
     run_tile<SmallBatchTile<Tr, D>, R, T>(int(min_i64(R, r1 - r)), int(n),
                                           {base + size_t(r) * row_bytes, row_bytes, x, cols, 0,
-                                           cols, y + r, ldy, false, Tr::kPrefetch,
-                                           next_tile_rows(r, r1, R)});
+                                           cols, y + r, ldy, false, next_tile_rows(r, r1, R)});
 }
 
 template <class Tr, DType D>
@@ -316,18 +318,18 @@ void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* 
     if (row_bytes <= kGemvShortRowBytes) {
       // Short rows: one row at a time, so W is read as one sequential stream (four rows a few
       // KiB apart made four short streams, each starting cold), with 4 accumulators.
-      using Tile = PlainTile<Tr, D, 4>;
+      using Tile = PlainTile<Tr, D, 4, Tr::kPrefetch>;
       for (int64_t r = r0; r < r1; ++r)
         run_tile<Tile, 1, 1>(1, 1, {base + size_t(r) * row_bytes, row_bytes, x, cols, 0, cols, y + r, ldy, false,
-                                    Tr::kPrefetch, next_tile_rows(r, r1, 1)});
+                                    next_tile_rows(r, r1, 1)});
       return;
     }
     constexpr int R = 4;
-    using Tile = PlainTile<Tr, D, Tr::kGemvUnroll>;
+    using Tile = PlainTile<Tr, D, Tr::kGemvUnroll, Tr::kPrefetch>;
     for (int64_t r = r0; r < r1; r += R)
       run_tile<Tile, R, 1>(int(min_i64(R, r1 - r)), 1,
                            {base + size_t(r) * row_bytes, row_bytes, x, cols, 0, cols, y + r, ldy,
-                            false, Tr::kPrefetch, next_tile_rows(r, r1, R)});
+                            false, next_tile_rows(r, r1, R)});
     return;
   }
 
@@ -373,16 +375,13 @@ void matmul_rows_typed(const WeightMatrix& w, const float* x, int64_t n, float* 
           const int rows = int(min_i64(R, rc_end - r));
           const std::byte* wr = base + size_t(r) * row_bytes;
           float* yr = y + t0 * ldy + r;
-          // The first token block brings this chunk's weights from memory, the others from L2.
-          const bool prefetch = Tr::kPrefetch && t0 == 0;
           if constexpr (kPairs)
             run_tile<Bf16PairTile<Tr>, R, T>(
                 rows, tokens,
-                {wr, row_bytes, packed, ldp, kc, kc_end, yr, ldy, kc > 0, prefetch});
+                {wr, row_bytes, packed, ldp, kc, kc_end, yr, ldy, kc > 0});
           else
-            run_tile<PlainTile<Tr, D, 1>, R, T>(
-                rows, tokens,
-                {wr, row_bytes, x + t0 * cols, cols, kc, kc_end, yr, ldy, kc > 0, prefetch});
+            run_tile<PlainTile<Tr, D, 1, false>, R, T>(
+                rows, tokens, {wr, row_bytes, x + t0 * cols, cols, kc, kc_end, yr, ldy, kc > 0});
         }
       }
       kc = kc_end;

@@ -64,8 +64,7 @@ const kernels::QuantKernelTable& quant_table(const kernels::KernelTable& k, cons
 // back to f32 for k's own kernels (the same values; INT4 weights then run the f32-activation INT4
 // kernels, their matrix marked as such). INT4 weights take int16 activations instead, quantized
 // per block by prepare_input, on the 8-lane variants, and on the 16-lane ones where the caller
-// picked the integer variant or VDPBF16PS is slow beyond a decode's few tokens (int4_word16_layout;
-// the token counts and why: bf16_dot_rate.h).
+// picked the integer variant or VDPBF16PS is slow (int4_word16_layout; why: bf16_dot_rate.h).
 void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, const kernels::QuantKernelTable* quant,
                               const MatmulJob& j, BatchPart& p) {
   const size_t count = size_t(j.n * j.w.cols);
@@ -80,7 +79,7 @@ void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, c
   } else {
     const kernels::QuantKernelTable& t = quant_table(k, quant, j.w);
     if (!quant && t.lanes == 16 && kernels::int4_bf16_layout(j.w) &&
-        (j.n <= kernels::kSlowInt4Bf16DotMaxTokens || kernels::bf16_dot_is_fast()))
+        kernels::bf16_dot_is_fast())
       p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
     if (p.int4_bf16_dot) {
       p.xb.resize(size_t(j.n * kernels::int4_bf16_packed_cols(j.w.cols)));
