@@ -29,8 +29,8 @@ bool bf16_dot_is_fast();
 // there (1.27x the f32 kernel's time at 64 tokens) and takes the f32 kernel on the rounded values.
 inline constexpr int64_t kSlowBf16DotMaxTokens = 12;
 // INT4 weights take the int16 kernel at every token count there: k25-int4's routed experts in
-// decode on Emerald Rapids take 0.83-0.93x the AVX512_BF16 kernel's time (3 alternated pairs, once
-// the int16 kernel's prefetches were compiled in: kernels/prefetch.h), over 12-64 tokens 0.63x.
+// decode on Emerald Rapids take 0.84-0.88x the AVX512_BF16 kernel's time (3 alternated pairs; the
+// int16 kernel's prefetches compiled in: kernels/prefetch.h), over 12-64 tokens 0.63x.
 
 // KIMI_BF16_DOT's value: "fast" true, "slow" false, unset or empty none; anything else is
 // reported on stderr and ignored.

@@ -111,9 +111,8 @@ constexpr int64_t kWord8BlockFloats = 72;
 // int16 on the variant's packed words: on 8 lanes (AVX2) always, since nothing there multiplies
 // bf16 and the f32 kernel spends a conversion and an FMA per weight; on 16 lanes (AVX-512) where
 // the CPU's VDPBF16PS is slow (bf16_dot_rate.h: Intel; matmul.cpp), or where a caller picks the
-// variant. One
-// shift and one AND take 2L nibbles in place from their words as int16 for one VPMADDWD
-// (VPDPWSSD with VNNI) with 2L int16 activations. Each block of 8L inputs (64 or 128) is
+// variant. One shift and one AND take 2L nibbles in place from their words as int16 for one
+// VPMADDWD (VPDPWSSD with VNNI) with 2L int16 activations. Each block of 8L inputs (64 or 128) is
 // quantized on its own (amax / 32767): its error is at most 2^-16 of the block's largest input,
 // below bf16's 2^-9 relative rounding for every input within 128x of that largest. Groups: 8
 // lanes take 32 (two per block), multiples of 64, or one per row; 16 lanes groups that tile
