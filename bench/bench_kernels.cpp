@@ -24,6 +24,7 @@
 #include "kernels/bf16_dot_rate.h"
 #include "kernels/matmul.h"
 #include "kernels/mla_kernels.h"
+#include "kernels/quant_kernels.h"
 #include "kernels/vec_ops.h"
 
 namespace kimi {
@@ -281,6 +282,37 @@ void BM_QuantMatmul(benchmark::State& state) {
                  (cold ? " cold" : " hot"));
 }
 
+// Args: cols, lanes (8: the AVX2 variants, 16: AVX-512). One token's int16 activations for an
+// INT4 linear with 16-bit activations (prepare_input on int4_word16_layout), on one thread: what
+// every INT4 product of a decode step spends before its kernel, while the other threads wait.
+void BM_Int16Activations(benchmark::State& state) {
+  const int64_t cols = state.range(0);
+  const bool avx512 = state.range(1) == 16;
+  if (skip_unsupported(state, avx512 ? Isa::Avx512 : Isa::Avx2)) return;
+  const kernels::QuantKernelTable& table =
+      kernels::quant_kernels_for(avx512 ? kernels::QuantIsa::Avx512 : kernels::QuantIsa::Avx2);
+  ThreadPool pool(1);
+  const std::vector<uint8_t> data(size_t(cols / 2));
+  const std::vector<uint16_t> scales(size_t(cols / 32), f32_to_bf16(1.0f));
+  WeightMatrix w;
+  w.format = WeightFormat::Int4Group;
+  w.act_quant = ActivationQuant::Bf16;
+  w.data = data.data();
+  w.rows = 1;
+  w.cols = cols;
+  w.group_size = 32;
+  w.scales = scales.data();
+  w.scale_dtype = DType::BF16;
+  const std::vector<float> x = activations(cols);
+  kernels::PreparedInput prepared;
+  for (auto _ : state) {
+    kernels::prepare_input(pool, table, w, x.data(), 1, prepared);
+    benchmark::DoNotOptimize(prepared.in.xw);
+    benchmark::ClobberMemory();
+  }
+  state.SetLabel(avx512 ? "avx512" : "avx2");
+}
+
 // The roofline for cold GEMV: all threads summing a buffer larger than the LLC with the same
 // SIMD loads as the kernels (kimi::measure_read_bandwidth does the same, best of a few passes).
 void BM_ReadBandwidth(benchmark::State& state) {
@@ -513,6 +545,7 @@ BENCHMARK(BM_QuantMatmul)
     ->Apply(quant_args)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+BENCHMARK(BM_Int16Activations)->ArgNames({"cols", "lanes"})->ArgsProduct({{2048, 7168}, {8, 16}})->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Gemm)
     ->ArgNames({"rows", "cols", "n", "isa"})
     ->Apply(gemm_args)

@@ -443,12 +443,12 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,
 // against QuantInput's documented layout: per block of 8L inputs s = amax / 32767 (NaN if an input
 // is), q = round-half-even(x * 32767 / amax) clamped to +-32767 at (q[8l + j], q[8l + 4 + j]) of
 // vector j, and -8 x each lane's sum; zero past cols. The 16-lane variants do this with AVX-512
-// (quantize_word16_avx512), the 8-lane ones with the portable loop.
+// (quantize_word16_avx512), the 8-lane ones with AVX2 (quantize_word8_avx2).
 TEST(QuantKernels, Word16ActivationsFollowTheDocumentedLayout) {
   ThreadPool pool(2);
   Rng rng(53);
   int checked = 0;
-  for (const QuantIsa isa : {QuantIsa::Avx2Vnni, QuantIsa::Avx512Vnni, QuantIsa::Avx512}) {
+  for (const QuantIsa isa : {QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512Vnni, QuantIsa::Avx512}) {
     if (!kernels::quant_isa_supported(isa)) continue;
     const int64_t L = kernels::quant_kernels_for(isa).lanes, B = kernels::word16_block(L);
     for (const int64_t cols : {8, 40, 128, 200, 384, 7168}) {

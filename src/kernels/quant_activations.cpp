@@ -1,10 +1,6 @@
 // Validation, variant selection and the once-per-call activation preparation of the
 // integer-weight kernels (baseline-compiled: the SIMD files stay free of exceptions).
-#include <immintrin.h>  // SSE only: baseline x86-64
-
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include "common/error.h"
@@ -145,37 +141,12 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
     out.xw.assign(size_t(n * in.ldxw), 0);
     out.xwscale.assign(size_t(n * in.ldxws), 0.0f);
     out.negsum.assign(size_t(n * in.ldsum), 0);
+    // Only the SIMD variants have the layout, each on a CPU with its instruction set.
+    const auto quantize = L == 16 ? quantize_word16_avx512 : quantize_word8_avx2;
     pool.parallel_for(n, 1, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        if (L == 16) {  // an AVX-512 variant: the CPU has it
-          quantize_word16_avx512(x + t * cols, cols, out.xw.data() + t * in.ldxw, out.xwscale.data() + t * in.ldxws,
-                                 out.negsum.data() + t * in.ldsum);
-          continue;
-        }
-        for (int64_t b = 0; b < nblocks; ++b) {
-          const float* src = x + t * cols + b * B;
-          const int64_t len = std::min<int64_t>(B, cols - b * B);
-          float amax = 0.0f;
-          bool nan = false;
-          for (int64_t i = 0; i < len; ++i) {
-            nan |= std::isnan(src[i]);
-            amax = std::max(amax, std::fabs(src[i]));
-          }
-          const float s = amax / 32767.0f, inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-          // A NaN input makes the block's scale NaN, so it reaches the outputs as f32's would.
-          out.xwscale[size_t(t * in.ldxws + b)] = nan ? std::numeric_limits<float>::quiet_NaN() : s;
-          int16_t* dst = out.xw.data() + t * in.ldxw + b * B;
-          int32_t* neg = out.negsum.data() + t * in.ldsum + b * L;
-          for (int64_t l = 0; l < (len + 7) / 8; ++l)
-            for (int64_t e = 0; e < 8 && 8 * l + e < len; ++e) {
-              // Rounded to nearest even by the SSE conversion (a libm lrintf call otherwise);
-              // |x * inv| <= 32767 up to one rounding, clamped for that one.
-              const int32_t q = std::clamp(_mm_cvtss_si32(_mm_set_ss(src[8 * l + e] * inv)), -32767, 32767);
-              dst[(e % 4) * 2 * L + 2 * l + e / 4] = int16_t(q);
-              neg[l] -= 8 * q;
-            }
-        }
-      }
+      for (int64_t t = t0; t < t1; ++t)
+        quantize(x + t * cols, cols, out.xw.data() + t * in.ldxw, out.xwscale.data() + t * in.ldxws,
+                 out.negsum.data() + t * in.ldsum);
     });
     in.xw = out.xw.data();
     in.xwscale = out.xwscale.data();

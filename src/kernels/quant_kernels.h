@@ -138,6 +138,8 @@ constexpr std::array<uint16_t, 32> word_pair_index(int j) {
 // One token's 16-lane int16 activations as QuantInput documents them (xw, xwscale, negsum rows),
 // with AVX-512 (int16_activations_avx512.cpp); only where the CPU has it.
 void quantize_word16_avx512(const float* x, int64_t cols, int16_t* dst, float* scales, int32_t* negsum);
+// The same on 8 lanes with AVX2 (int16_activations_avx2.cpp); only where the CPU has it.
+void quantize_word8_avx2(const float* x, int64_t cols, int16_t* dst, float* scales, int32_t* negsum);
 
 // Owns the buffers a QuantInput points into.
 struct PreparedInput {
