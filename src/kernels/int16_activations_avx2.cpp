@@ -31,7 +31,7 @@ void quantize_word8_avx2(const float* x, int64_t cols, int16_t* dst, float* scal
       // Whole vectors: an INT4 matrix has a multiple of 8 inputs (validate_weight).
       v[m] = 8 * m < len ? _mm256_loadu_ps(src + 8 * m) : _mm256_setzero_ps();
       nan |= _mm256_movemask_ps(_mm256_cmp_ps(v[m], v[m], _CMP_UNORD_Q));
-      // As std::max(amax, |x|) of the scalar definition: a NaN |x| leaves amax as it was.
+      // As std::max(amax, |x|): a NaN |x| leaves amax as it was (the documented layout's rule).
       amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[m]), amax);
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
