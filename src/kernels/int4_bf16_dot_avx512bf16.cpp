@@ -248,7 +248,7 @@ void matmul_rows_int4_bf16(const WeightMatrix& w, const uint16_t* xp, int64_t n,
   // One token over a streamed matrix: row by row (kStreamAheadBytes).
   if (n == 1 && is_streamed(w)) {
     const std::byte* end = base + r1 * row_bytes;
-    const int64_t ahead_rows = kStreamAheadBytes / std::max<int64_t>(row_bytes, 1) + 1;
+    const int64_t ahead_rows = stream_ahead_rows(row_bytes);
     for (int64_t r = r0; r < r1; ++r) {
       Tile a{base + r * row_bytes, row_bytes, w.cols, scales + r * scale_row_bytes, scale_row_bytes, f32_scales,
              w.group_size, xp, ldx, y + r, w.rows, true, 0};

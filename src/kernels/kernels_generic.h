@@ -192,7 +192,7 @@ void dot_tile(const TileArgs& a) {
 // loaded as L 32-bit pairs, and one shift (even columns) or one mask (odd columns) turns them
 // into f32, where widening costs two instructions per L weights. The x block must be packed to
 // match (pack_x_pairs): for each 2L columns, the L even ones, then the L odd ones, zero-padded.
-template <class Tr, int R, int T, bool kPrefetch>
+template <class Tr, int R, int T>
 void dot_tile_bf16_pairs(const TileArgs& a) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
@@ -218,10 +218,8 @@ void dot_tile_bf16_pairs(const TileArgs& a) {
   };
   const int64_t len = a.k1 - a.k0;
   int64_t j = 0;
-  for (; j + 2 * L <= len; j += 2 * L) {
-    if constexpr (kPrefetch) prefetch_rows<R>(rows, (a.k0 + j) * 2, a.k1 * 2, 2 * L * 2);
+  for (; j + 2 * L <= len; j += 2 * L)
     step(j, [&](const std::byte* row) { return Tr::load_bf16_raw(row, a.k0 + j); });
-  }
   if (j < len) {
     const int tail = int(len - j);
     step(j, [&](const std::byte* row) { return Tr::load_bf16_raw_tail(row, a.k0 + j, tail); });
@@ -259,7 +257,7 @@ template <class Tr>
 struct Bf16PairTile {
   template <int R, int T>
   static void run(const TileArgs& a) {
-    dot_tile_bf16_pairs<Tr, R, T, false>(a);
+    dot_tile_bf16_pairs<Tr, R, T>(a);
   }
 };
 

@@ -78,8 +78,7 @@ void prepare_bf16_activations(ThreadPool& pool, const kernels::KernelTable& k, c
     }
   } else {
     const kernels::QuantKernelTable& t = quant_table(k, quant, j.w);
-    if (!quant && t.lanes == 16 && kernels::int4_bf16_layout(j.w) &&
-        kernels::bf16_dot_is_fast())
+    if (!quant && t.lanes == 16 && kernels::int4_bf16_layout(j.w) && kernels::bf16_dot_is_fast())
       p.int4_bf16_dot = kernels::int4_bf16_dot_rows();
     if (p.int4_bf16_dot) {
       p.xb.resize(size_t(j.n * kernels::int4_bf16_packed_cols(j.w.cols)));

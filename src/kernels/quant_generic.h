@@ -43,7 +43,6 @@ namespace kimi::kernels {
 namespace {
 
 constexpr int64_t qmin(int64_t a, int64_t b) { return a < b ? a : b; }
-constexpr int64_t qmax(int64_t a, int64_t b) { return a < b ? b : a; }
 
 // Software prefetch distance per weight row (the GEMV streams rows from DRAM).
 constexpr int64_t kQuantPrefetchAhead = 512;
@@ -114,17 +113,21 @@ inline void locate_tokens(const QuantInput& in, int64_t t0, bool int4, const int
   }
 }
 
-// The int16 activations, their lanes' negated sums and their blocks' scales of the tile's tokens
-// (int4_word16_layout).
+// The int16 activations (xs), their lanes' negated sums (ns) and their blocks' scales (ss) of the
+// tile's tokens t0 .. t0 + T - 1 (int4_word16_layout).
 template <int T>
-inline void locate_int16_tokens(const QuantInput& in, int64_t t0, const int16_t* (&xs)[T], const int32_t* (&ns)[T],
-                                const float* (&ss)[T]) {
-  for (int t = 0; t < T; ++t) {
-    xs[t] = in.xw + (t0 + t) * in.ldxw;
-    ns[t] = in.negsum + (t0 + t) * in.ldsum;
-    ss[t] = in.xwscale + (t0 + t) * in.ldxws;
+struct Int16Tokens {
+  const int16_t* xs[T];
+  const int32_t* ns[T];
+  const float* ss[T];
+  Int16Tokens(const QuantInput& in, int64_t t0) {
+    for (int t = 0; t < T; ++t) {
+      xs[t] = in.xw + (t0 + t) * in.ldxw;
+      ns[t] = in.negsum + (t0 + t) * in.ldsum;
+      ss[t] = in.xwscale + (t0 + t) * in.ldxws;
+    }
   }
-}
+};
 
 template <class Tr, class V, int R, int T>
 inline void zero_tile(V (&a)[R][T]) {
@@ -373,10 +376,8 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
   const uint8_t* rows[R];
   RowGroups rg[R];
   locate_rows<R>(w, c.r0, rows, rg);
-  const int16_t* xs[T];
-  const int32_t* ns[T];
-  const float* ss[T];
-  locate_int16_tokens<T>(in, c.t0, xs, ns, ss);
+  const Int16Tokens<T> tok(in, c.t0);
+  const auto& [xs, ns, ss] = tok;
   V total[R][T];
   zero_tile<Tr>(total);
   for_word8_blocks<Tr, R, kPair>(c, rows, rg, [&](int64_t b, int r, VI v, V s) {
@@ -396,7 +397,7 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
-// One row x one token of int4_i16_words16_tile (a streamed decode) for groups of 32 or 64, whole
+// One row x one token of int4_i16_words16_tile in a streamed decode, for groups of 32 or 64, whole
 // scale windows only: kWindow blocks share one load of 16 scales, each block picks its lanes'
 // scales with a constant index, and its four VPDPWSSD form one chain from the lanes' -8 x sums. The
 // general loop spent ~45 instructions a block, most of them scalar (window index, prefetch
@@ -413,7 +414,7 @@ void int4_i16_words16_row(const QuantCtx& c, const uint8_t* row, const RowGroups
   VI idx[kWindow];
   for (int k = 0; k < kWindow; ++k) idx[k] = Tr::load_i(lanes[k]);
   // The stream's length from this row: the rows after it in the call (prefetch_ahead's bound).
-  const int64_t stream_bytes = (nblocks * 64) * (1 + qmax(c.stream_rows, int64_t(0)));
+  const int64_t stream_bytes = (nblocks * 64) * (1 + c.stream_rows);
   V total = Tr::zero();
   for (int64_t b0 = 0; b0 < nblocks; b0 += kWindow) {
     const V window = Tr::scales_window(rg, b0 * kGroupsPerBlock, 16);
@@ -462,14 +463,12 @@ void int4_i16_words16_tile(const QuantCtx& c, float* y) {
   const uint8_t* rows[R];
   RowGroups rg[R];
   locate_rows<R>(w, c.r0, rows, rg);
-  const int16_t* xs[T];
-  const int32_t* ns[T];
-  const float* ss[T];
-  locate_int16_tokens<T>(in, c.t0, xs, ns, ss);
+  const Int16Tokens<T> tok(in, c.t0);
+  const auto& [xs, ns, ss] = tok;
   V total[R][T], ws[R], window[R];
   zero_tile<Tr>(total);
   if (R == 1 && c.stream_rows > 0) {
-    const int64_t ahead_rows = kStreamAheadBytes / row_bytes + 1;
+    const int64_t ahead_rows = stream_ahead_rows(row_bytes);
     if (ahead_rows <= c.stream_rows) {
       const std::byte* s = RowGroups(w, c.r0 + ahead_rows).scales;
       const int64_t sbytes = groups * (rg[0].f32 ? 4 : 2);
@@ -477,8 +476,8 @@ void int4_i16_words16_tile(const QuantCtx& c, float* y) {
     }
   }
   if constexpr (R == 1 && T == 1 && kPerBlock) {
-    // Whole windows of whole blocks (every real shape): the decode row above.
-    if (tail_bytes == 0 && nblocks % window_blocks == 0 && (window_blocks == 4 || window_blocks == 8)) {
+    // A streamed decode over whole windows of whole blocks (every real shape): the row above.
+    if (c.stream_rows >= 0 && tail_bytes == 0 && nblocks % window_blocks == 0 && (window_blocks == 4 || window_blocks == 8)) {
       float* out = y + c.t0 * w.rows + c.r0;
       if (window_blocks == 4) return int4_i16_words16_row<Tr, 4>(c, rows[0], rg[0], xs[0], ns[0], ss[0], nblocks, out);
       return int4_i16_words16_row<Tr, 8>(c, rows[0], rg[0], xs[0], ns[0], ss[0], nblocks, out);

@@ -23,4 +23,10 @@ inline bool is_streamed(const WeightMatrix& w) { return int64_t(w.bytes()) >= kS
 // (bench/results/2026-12-06-expert-memory.md).
 constexpr int64_t kStreamAheadBytes = 4096;
 
+// The row that stream's prefetch reaches from the start of a row of row_bytes: the row whose
+// scales a one-row tile prefetches (kept in a separate array, they are a second, short stream).
+constexpr int64_t stream_ahead_rows(int64_t row_bytes) {
+  return kStreamAheadBytes / (row_bytes > 0 ? row_bytes : 1) + 1;
+}
+
 }  // namespace kimi::kernels
