@@ -360,7 +360,7 @@ TEST_P(QuantKernelsIsa, Int4Int16Activations) {
     }
   for (const QuantCase& c : {QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 301, 7168, 32},
                              QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::F32, false, 599, 4096, 64},
-                             // 17 blocks: not whole scale windows (the 16-lane decode row takes those only).
+                             // 17 blocks: not whole scale windows (int4_i16_words16_stream takes those only).
                              QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 977, 2176, 32}}) {
     const QuantWeights q = make_quant(c, rng);
     ASSERT_GE(q.matrix().bytes(), size_t(1) << 20) << describe(c, 1);
@@ -430,7 +430,7 @@ TEST_P(QuantKernelsIsa, Int4Int8ScaleWindows) {
 
 INSTANTIATE_TEST_SUITE_P(AllVariants, QuantKernelsIsa,
                          ::testing::Values(QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512,
-                                           QuantIsa::Avx512Vnni),
+                                           QuantIsa::Avx512Vnni, QuantIsa::Avx512VnniVbmi),
                          [](const ::testing::TestParamInfo<QuantIsa>& p) {
                            std::string s(kernels::quant_isa_name(p.param));
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -448,7 +448,8 @@ TEST(QuantKernels, Word16ActivationsFollowTheDocumentedLayout) {
   ThreadPool pool(2);
   Rng rng(53);
   int checked = 0;
-  for (const QuantIsa isa : {QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512Vnni, QuantIsa::Avx512}) {
+  for (const QuantIsa isa : {QuantIsa::Avx2, QuantIsa::Avx2Vnni, QuantIsa::Avx512Vnni, QuantIsa::Avx512VnniVbmi,
+                             QuantIsa::Avx512}) {
     if (!kernels::quant_isa_supported(isa)) continue;
     const int64_t L = kernels::quant_kernels_for(isa).lanes, B = kernels::word16_block(L);
     for (const int64_t cols : {8, 40, 128, 200, 384, 7168}) {

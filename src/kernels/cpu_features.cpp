@@ -41,6 +41,7 @@ CpuFeatures detect() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
   f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
+  f.avx512_vbmi = __builtin_cpu_supports("avx512vbmi");
   f.avx_vnni = __builtin_cpu_supports("avxvnni");
 #endif
   return f;
@@ -63,7 +64,7 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 CpuFeatures capped_features(CpuFeatures f, Isa cap) {
   if (cap == Isa::Avx512) return f;
-  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vnni = false;
+  f.avx512f = f.avx512bw = f.avx512vl = f.avx512dq = f.avx512_bf16 = f.avx512_vnni = f.avx512_vbmi = false;
   if (cap == Isa::Avx2) return f;
   f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   return f;
@@ -84,6 +85,7 @@ std::string kernel_isa_summary() {
     add(true, kernels::bf16_dot_is_fast() ? "avx512-bf16" : slow);
   }
   add(isa == Isa::Avx512 && f.avx512_vnni, "avx512-vnni");
+  add(isa == Isa::Avx512 && f.avx512_vnni && f.avx512_vbmi, "avx512-vbmi");
   add(isa == Isa::Avx2 && f.avx_vnni, "avx-vnni");
   if (cap()) ext += std::string(ext.empty() ? "" : "; ") + kCapVariable + "=" + std::string(isa_name(*cap()));
   const std::string name(isa_name(isa));

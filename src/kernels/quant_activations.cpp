@@ -16,6 +16,7 @@ std::string_view quant_isa_name(QuantIsa isa) {
     case QuantIsa::Avx2Vnni: return "avx2-vnni";
     case QuantIsa::Avx512: return "avx512";
     case QuantIsa::Avx512Vnni: return "avx512-vnni";
+    case QuantIsa::Avx512VnniVbmi: return "avx512-vnni-vbmi";
   }
   return "?";
 }
@@ -28,6 +29,7 @@ bool quant_isa_supported(QuantIsa isa) {
     case QuantIsa::Avx2Vnni: return isa_supported(Isa::Avx2) && f.avx_vnni;
     case QuantIsa::Avx512: return isa_supported(Isa::Avx512);
     case QuantIsa::Avx512Vnni: return isa_supported(Isa::Avx512) && f.avx512_vnni;
+    case QuantIsa::Avx512VnniVbmi: return isa_supported(Isa::Avx512) && f.avx512_vnni && f.avx512_vbmi;
   }
   return false;
 }
@@ -35,7 +37,9 @@ bool quant_isa_supported(QuantIsa isa) {
 QuantIsa quant_isa_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512:
-      return quant_isa_supported(QuantIsa::Avx512Vnni) ? QuantIsa::Avx512Vnni : QuantIsa::Avx512;
+      for (QuantIsa q : {QuantIsa::Avx512VnniVbmi, QuantIsa::Avx512Vnni})
+        if (quant_isa_supported(q)) return q;
+      return QuantIsa::Avx512;
     case Isa::Avx2:
       return quant_isa_supported(QuantIsa::Avx2Vnni) ? QuantIsa::Avx2Vnni : QuantIsa::Avx2;
     case Isa::Scalar: break;
@@ -48,6 +52,7 @@ const QuantKernelTable& quant_kernels_for(QuantIsa isa) {
     throw Error("kernels: this CPU does not support the " + std::string(quant_isa_name(isa)) +
                 " instruction set");
   switch (isa) {
+    case QuantIsa::Avx512VnniVbmi: return kQuantAvx512VnniVbmi;
     case QuantIsa::Avx512Vnni: return kQuantAvx512Vnni;
     case QuantIsa::Avx512: return kQuantAvx512;
     case QuantIsa::Avx2Vnni: return kQuantAvx2Vnni;

@@ -397,14 +397,17 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
-// One row x one token of int4_i16_words16_tile in a streamed decode, for groups of 32 or 64, whole
-// scale windows only: kWindow blocks share one load of 16 scales, each block picks its lanes'
-// scales with a constant index, and its four VPDPWSSD form one chain from the lanes' -8 x sums. The
-// general loop spent ~45 instructions a block, most of them scalar (window index, prefetch
-// bounds, a pointer per array): ~12 cycles a block against ~8 here.
-template <class Tr, int kWindow>
-void int4_i16_words16_row(const QuantCtx& c, const uint8_t* row, const RowGroups& rg, const int16_t* x,
-                          const int32_t* negsum, const float* xscale, int64_t nblocks, float* y) {
+// One token over S runs of `count` rows, run s from row first[s], of a streamed
+// int4_word16_layout matrix with groups of 32 or 64 and whole scale windows (every real shape;
+// int4_i16_words16_stream_window): the runs' rows side by side, each run one stream prefetched
+// kStreamAheadBytes ahead, with int4_i16_words16_tile's arithmetic and none of its per-row set-up.
+// kWindow blocks share one load of 16 scales, each block picks its lanes' scales with a constant
+// index, and its four VPDPWSSD form one chain from the lanes' -8 x sums. The tile's general loop
+// spent ~45 instructions a block, most of them scalar (window index, prefetch bounds, a pointer
+// per array): ~12 cycles a block against ~8 here.
+template <class Tr, int kWindow, int S>
+void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y, const int64_t (&first)[S],
+                           int64_t count) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
   constexpr int64_t B = word16_block(16), kGroupsPerBlock = 16 / kWindow;
@@ -413,26 +416,73 @@ void int4_i16_words16_row(const QuantCtx& c, const uint8_t* row, const RowGroups
     for (int l = 0; l < 16; ++l) lanes[k][l] = int32_t(k * kGroupsPerBlock + l * kGroupsPerBlock / 16);
   VI idx[kWindow];
   for (int k = 0; k < kWindow; ++k) idx[k] = Tr::load_i(lanes[k]);
-  // The stream's length from this row: the rows after it in the call (prefetch_ahead's bound).
-  const int64_t stream_bytes = (nblocks * 64) * (1 + c.stream_rows);
-  V total = Tr::zero();
-  for (int64_t b0 = 0; b0 < nblocks; b0 += kWindow) {
-    const V window = Tr::scales_window(rg, b0 * kGroupsPerBlock, 16);
-    for (int k = 0; k < kWindow; ++k) {
-      const int64_t b = b0 + k;
-      const uint8_t* p = row + b * 64;
-      if (c.prefetch && b * 64 + kStreamAheadBytes < stream_bytes) prefetch_l1(p + kStreamAheadBytes);
-      const VI v = Tr::load_block(p);
-      const int16_t* xb = x + b * B;
-      VI a = Tr::load_i(negsum + b * 16);
-      a = Tr::dot_i16(a, Tr::nibble16(v, 0), Tr::load_block(xb));
-      a = Tr::dot_i16(a, Tr::nibble16(v, 1), Tr::load_block(xb + 32));
-      a = Tr::dot_i16(a, Tr::nibble16(v, 2), Tr::load_block(xb + 64));
-      a = Tr::dot_i16(a, Tr::nibble16(v, 3), Tr::load_block(xb + 96));
-      total = Tr::fma(Tr::cvt(a), Tr::mul(Tr::permute(window, idx[k]), Tr::set1(xscale[b])), total);
+  const int16_t* x = in.xw;
+  const int32_t* negsum = in.negsum;
+  const float* xscale = in.xwscale;
+  const int64_t nblocks = w.cols / B, row_bytes = nblocks * 64;
+  // Each run's end (prefetch_ahead's bound), and the row whose scales (a second, short stream per
+  // run) are prefetched while a row runs.
+  const uint8_t* end[S];
+  for (int s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
+  const int64_t ahead_rows = stream_ahead_rows(row_bytes);
+  const int64_t scale_bytes = (w.cols / w.group_size) * (w.scale_dtype == DType::F32 ? 4 : 2);
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* row[S];
+    RowGroups rg[S];
+    for (int s = 0; s < S; ++s) {
+      row[s] = row_ptr(w, first[s] + i);
+      rg[s] = RowGroups(w, first[s] + i);
+      if (i + ahead_rows < count) {
+        const std::byte* scales = RowGroups(w, first[s] + i + ahead_rows).scales;
+        for (int64_t off = 0; off < scale_bytes; off += 64) prefetch_l2(scales + off);
+      }
     }
+    V total[S];
+    for (int s = 0; s < S; ++s) total[s] = Tr::zero();
+    for (int64_t b0 = 0; b0 < nblocks; b0 += kWindow) {
+      V window[S];
+      for (int s = 0; s < S; ++s) window[s] = Tr::scales_window(rg[s], b0 * kGroupsPerBlock, 16);
+      for (int k = 0; k < kWindow; ++k) {
+        const int64_t b = b0 + k;
+        const int16_t* xb = x + b * B;
+        for (int s = 0; s < S; ++s) {
+          const uint8_t* p = row[s] + b * 64;
+          if (p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
+          const VI v = Tr::load_block(p);
+          VI a = Tr::load_i(negsum + b * 16);
+          a = Tr::dot_i16(a, Tr::nibble16(v, 0), Tr::load_block(xb));
+          a = Tr::dot_i16(a, Tr::nibble16(v, 1), Tr::load_block(xb + 32));
+          a = Tr::dot_i16(a, Tr::nibble16(v, 2), Tr::load_block(xb + 64));
+          a = Tr::dot_i16(a, Tr::nibble16(v, 3), Tr::load_block(xb + 96));
+          total[s] = Tr::fma(Tr::cvt(a), Tr::mul(Tr::permute(window[s], idx[k]), Tr::set1(xscale[b])), total[s]);
+        }
+      }
+    }
+    for (int s = 0; s < S; ++s) y[first[s] + i] = Tr::reduce(total[s]);
   }
-  *y = Tr::reduce(total);
+}
+
+// Rows r0 .. r1 as two runs, the first and the second half of the range, side by side: one stream
+// per core left the int16 kernel at ~21 GB/s on Emerald Rapids where the BF16 GEMV (multi-row
+// tiles) reads 27-30; two took 0.84-0.91x the time of one over a decode's routed experts
+// (bench/results/2026-12-08-int16-stream-and-vbmi.md). An odd last row runs alone.
+template <class Tr, int kWindow>
+void int4_i16_words16_stream(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+  const int64_t half = (r1 - r0) / 2;
+  if (half > 0) int4_i16_words16_runs<Tr, kWindow, 2>(w, in, y, {r0, r0 + half}, half);
+  if (r0 + 2 * half < r1) int4_i16_words16_runs<Tr, kWindow, 1>(w, in, y, {r1 - 1}, 1);
+}
+
+// The scale window (in blocks) of int4_i16_words16_stream for w, or 0 where it does not apply: one
+// token of 16-bit activations over a streamed matrix whose groups of 32 / 64 tile whole blocks and
+// whose rows hold whole windows of 16 groups.
+inline int int4_i16_words16_stream_window(const WeightMatrix& w, const QuantInput& in) {
+  constexpr int64_t B = word16_block(16);
+  if (in.n != 1 || w.act_quant != ActivationQuant::Bf16 || !is_streamed(w)) return 0;
+  if (w.group_size != 32 && w.group_size != 64) return 0;
+  if (w.cols % B != 0 || w.cols / w.group_size <= 1) return 0;
+  const int window = int(16 / (B / w.group_size));
+  return (w.cols / B) % window == 0 ? window : 0;
 }
 
 // Int4Group x int16 activations on 16 lanes (AVX-512; int4_word16_layout): the 64-byte blocks of
@@ -473,14 +523,6 @@ void int4_i16_words16_tile(const QuantCtx& c, float* y) {
       const std::byte* s = RowGroups(w, c.r0 + ahead_rows).scales;
       const int64_t sbytes = groups * (rg[0].f32 ? 4 : 2);
       for (int64_t off = 0; off < sbytes; off += 64) prefetch_l2(s + off);
-    }
-  }
-  if constexpr (R == 1 && T == 1 && kPerBlock) {
-    // A streamed decode over whole windows of whole blocks (every real shape): the row above.
-    if (c.stream_rows >= 0 && tail_bytes == 0 && nblocks % window_blocks == 0 && (window_blocks == 4 || window_blocks == 8)) {
-      float* out = y + c.t0 * w.rows + c.r0;
-      if (window_blocks == 4) return int4_i16_words16_row<Tr, 4>(c, rows[0], rg[0], xs[0], ns[0], ss[0], nblocks, out);
-      return int4_i16_words16_row<Tr, 8>(c, rows[0], rg[0], xs[0], ns[0], ss[0], nblocks, out);
     }
   }
   int64_t k = 0;  // block b's place in its scale window (b % window_blocks, without a division)
@@ -858,6 +900,12 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+  if constexpr (Tr::kLanes == 16) {
+    if (const int window = int4_i16_words16_stream_window(w, in)) {
+      if (window == 4) return int4_i16_words16_stream<Tr, 4>(w, in, y, r0, r1);
+      return int4_i16_words16_stream<Tr, 8>(w, in, y, r0, r1);
+    }
+  }
   if (in.n == 1 && is_streamed(w)) {
     // Decode GEMV over a streamed matrix: one row at a time, one stream (kStreamAheadBytes).
     for (int64_t r = r0; r < r1; ++r) {

@@ -2,7 +2,8 @@
 // Internal to src/kernels: the integer-weight matmul kernels (WeightFormat::Int4Group /
 // Int8Group, f32 or dynamic int8 activations) and their run-time selection. Like the float
 // kernels, each variant lives in a file compiled with its ISA flags (quant_scalar.cpp,
-// quant_avx2.cpp, quant_avxvnni.cpp, quant_avx512.cpp, quant_avx512vnni.cpp); matmul.cpp
+// quant_avx2.cpp, quant_avxvnni.cpp, quant_avx512.cpp, quant_avx512vnni.cpp,
+// quant_avx512vbmi.cpp); matmul.cpp
 // validates, prepares the activations once per call (quant_activations.cpp) and splits rows.
 #include <array>
 #include <cstdint>
@@ -17,11 +18,12 @@
 
 namespace kimi::kernels {
 
-// The quantized-kernel variants: the float ISAs, plus VNNI (integer dot products) where present.
-enum class QuantIsa { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni };
+// The quantized-kernel variants: the float ISAs, plus VNNI (integer dot products) where present,
+// plus VBMI (VPMULTISHIFTQB: bit-field extraction off the shift port) with AVX-512 VNNI.
+enum class QuantIsa { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni, Avx512VnniVbmi };
 std::string_view quant_isa_name(QuantIsa isa);
 bool quant_isa_supported(QuantIsa isa);
-// The fastest variant within the float ISA `isa` (adds VNNI when the CPU has it).
+// The fastest variant within the float ISA `isa` (adds VNNI, then VBMI, when the CPU has them).
 QuantIsa quant_isa_for(Isa isa);
 
 // The activations of one call, prepared once (quant_activations.cpp) in the layout the chosen
@@ -69,6 +71,7 @@ extern const QuantKernelTable kQuantAvx2;
 extern const QuantKernelTable kQuantAvx2Vnni;
 extern const QuantKernelTable kQuantAvx512;
 extern const QuantKernelTable kQuantAvx512Vnni;
+extern const QuantKernelTable kQuantAvx512VnniVbmi;
 
 // The table for `isa`; throws kimi::Error if this CPU cannot run it.
 const QuantKernelTable& quant_kernels_for(QuantIsa isa);

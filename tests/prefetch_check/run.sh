@@ -18,10 +18,11 @@ table=$(objdump -d -C --no-show-raw-insn "$bin" | awk '
   END { if (name != "") print n "\t" name }' | grep -v '\[clone \.cold\]')
 
 patterns=(
-  'int_tile<[^,]*QuantTraits<(true|false)>, 1, 1,'            # W4A8 / W8A8
-  'int4_i16_words16_tile<[^,]*QuantTraits<(true|false)>, 1, 1,' # W4A16, int16 activations (AVX-512)
-  'int4_i16_words8_tile<[^,]*QuantTraits<(true|false)>, 1, 1,'  # W4A16, int16 activations (AVX2)
-  'int4_f32_words_tile<[^,]*QuantTraits<(true|false)>, 1, 1,'   # W4A16, f32 activations (AVX-512)
+  'int_tile<[^,]*QuantTraits<(true|false)(, (true|false))?>, 1, 1,'            # W4A8 / W8A8
+  'int4_i16_words16_tile<[^,]*QuantTraits<(true|false)(, (true|false))?>, 1, 1,' # W4A16, int16 act. (AVX-512)
+  'int4_i16_words16_runs<[^,]*QuantTraits<(true|false)(, (true|false))?>, '      # ... its streamed decode
+  'int4_i16_words8_tile<[^,]*QuantTraits<(true|false)>, 1, 1,'                   # W4A16, int16 act. (AVX2)
+  'int4_f32_words_tile<[^,]*QuantTraits<(true|false)(, (true|false))?>, 1, 1,'   # W4A16, f32 act. (AVX-512)
   'dot_tile<[^,]*::Avx(2|512)Traits, [^,]*, 1, 1, [0-9]+, true>' # float GEMV
   '::tile<1, 1, (0|32|64)>'                                     # W4A16, AVX512_BF16
 )
