@@ -360,7 +360,7 @@ TEST_P(QuantKernelsIsa, Int4Int16Activations) {
     }
   for (const QuantCase& c : {QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 301, 7168, 32},
                              QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::F32, false, 599, 4096, 64},
-                             // 17 blocks: not whole scale windows (int4_i16_words16_stream takes those only).
+                             // 17 blocks: not whole scale windows (int4_i16_words16_runs takes those only).
                              QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 977, 2176, 32}}) {
     const QuantWeights q = make_quant(c, rng);
     ASSERT_GE(q.matrix().bytes(), size_t(1) << 20) << describe(c, 1);

@@ -30,6 +30,7 @@
 //
 // Everything is in an anonymous namespace (internal linkage) so that no AVX-512 instantiation
 // can be merged into code that runs on a CPU without it; no out-of-line library code is used.
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -404,9 +405,10 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
 // kWindow blocks share one load of 16 scales, each block picks its lanes' scales with a constant
 // index, and its four VPDPWSSD form one chain from the lanes' -8 x sums. The tile's general loop
 // spent ~45 instructions a block, most of them scalar (window index, prefetch bounds, a pointer
-// per array): ~12 cycles a block against ~8 here.
-template <class Tr, int kWindow, int S>
-void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y, const int64_t (&first)[S],
+// per array): ~12 cycles a block against ~8 here. Out of line, once per call (and so that
+// tests/prefetch_check finds it by name).
+template <class Tr, int kWindow, size_t S>
+[[gnu::noinline]] void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y, const std::array<int64_t, S>& first,
                            int64_t count) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
@@ -423,13 +425,13 @@ void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y
   // Each run's end (prefetch_ahead's bound), and the row whose scales (a second, short stream per
   // run) are prefetched while a row runs.
   const uint8_t* end[S];
-  for (int s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
+  for (size_t s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
   const int64_t ahead_rows = stream_ahead_rows(row_bytes);
   const int64_t scale_bytes = (w.cols / w.group_size) * (w.scale_dtype == DType::F32 ? 4 : 2);
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* row[S];
     RowGroups rg[S];
-    for (int s = 0; s < S; ++s) {
+    for (size_t s = 0; s < S; ++s) {
       row[s] = row_ptr(w, first[s] + i);
       rg[s] = RowGroups(w, first[s] + i);
       if (i + ahead_rows < count) {
@@ -438,14 +440,14 @@ void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y
       }
     }
     V total[S];
-    for (int s = 0; s < S; ++s) total[s] = Tr::zero();
+    for (size_t s = 0; s < S; ++s) total[s] = Tr::zero();
     for (int64_t b0 = 0; b0 < nblocks; b0 += kWindow) {
       V window[S];
-      for (int s = 0; s < S; ++s) window[s] = Tr::scales_window(rg[s], b0 * kGroupsPerBlock, 16);
+      for (size_t s = 0; s < S; ++s) window[s] = Tr::scales_window(rg[s], b0 * kGroupsPerBlock, 16);
       for (int k = 0; k < kWindow; ++k) {
         const int64_t b = b0 + k;
         const int16_t* xb = x + b * B;
-        for (int s = 0; s < S; ++s) {
+        for (size_t s = 0; s < S; ++s) {
           const uint8_t* p = row[s] + b * 64;
           if (p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
           const VI v = Tr::load_block(p);
@@ -458,22 +460,23 @@ void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y
         }
       }
     }
-    for (int s = 0; s < S; ++s) y[first[s] + i] = Tr::reduce(total[s]);
+    for (size_t s = 0; s < S; ++s) y[first[s] + i] = Tr::reduce(total[s]);
   }
 }
 
-// Rows r0 .. r1 as two runs, the first and the second half of the range, side by side: one stream
-// per core left the int16 kernel at ~21 GB/s on Emerald Rapids where the BF16 GEMV (multi-row
-// tiles) reads 27-30; two took 0.84-0.91x the time of one over a decode's routed experts
-// (bench/results/2026-12-08-int16-stream-and-vbmi.md). An odd last row runs alone.
-template <class Tr, int kWindow>
-void int4_i16_words16_stream(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+// Rows r0 .. r1 as two runs, the first and the second half of the range, side by side
+// (runs(first, count) with first an array of 2, then of 1 for an odd last row): one stream per
+// core left the int16 kernel at ~21 GB/s on Emerald Rapids where the BF16 GEMV (multi-row tiles)
+// reads 27-30; two took 0.84-0.91x the time of one over a decode's routed experts
+// (bench/results/2026-12-08-int16-stream-and-vbmi.md).
+template <class Runs>
+void in_two_runs(int64_t r0, int64_t r1, Runs&& runs) {
   const int64_t half = (r1 - r0) / 2;
-  if (half > 0) int4_i16_words16_runs<Tr, kWindow, 2>(w, in, y, {r0, r0 + half}, half);
-  if (r0 + 2 * half < r1) int4_i16_words16_runs<Tr, kWindow, 1>(w, in, y, {r1 - 1}, 1);
+  if (half > 0) runs(std::array<int64_t, 2>{r0, r0 + half}, half);
+  if (r0 + 2 * half < r1) runs(std::array<int64_t, 1>{r1 - 1}, int64_t(1));
 }
 
-// The scale window (in blocks) of int4_i16_words16_stream for w, or 0 where it does not apply: one
+// The scale window (in blocks) of int4_i16_words16_runs for w, or 0 where it does not apply: one
 // token of 16-bit activations over a streamed matrix whose groups of 32 / 64 tile whole blocks and
 // whose rows hold whole windows of 16 groups.
 inline int int4_i16_words16_stream_window(const WeightMatrix& w, const QuantInput& in) {
@@ -483,6 +486,63 @@ inline int int4_i16_words16_stream_window(const WeightMatrix& w, const QuantInpu
   if (w.cols % B != 0 || w.cols / w.group_size <= 1) return 0;
   const int window = int(16 / (B / w.group_size));
   return (w.cols / B) % window == 0 ? window : 0;
+}
+
+// int4_i16_words16_runs on 8 lanes (AVX2; int4_word16_layout) for groups of 32 over whole blocks
+// of 64 inputs (every real shape; int4_i16_words8_stream_applies): int4_i16_words8_tile's
+// arithmetic, the runs' rows side by side, each run one stream, the set-up once per call; out of
+// line as that one.
+template <class Tr, size_t S>
+[[gnu::noinline]] void int4_i16_words8_runs(const WeightMatrix& w, const QuantInput& in, float* y, const std::array<int64_t, S>& first,
+                          int64_t count) {
+  using V = typename Tr::V;
+  using VI = typename Tr::VI;
+  constexpr int64_t B = word16_block(8);
+  const int16_t* x = in.xw;
+  const int32_t* negsum = in.negsum;
+  const float* xscale = in.xwscale;
+  const int64_t nblocks = w.cols / B, row_bytes = nblocks * 32;
+  const uint8_t* end[S];
+  for (size_t s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
+  const int64_t ahead_rows = stream_ahead_rows(row_bytes);
+  const int64_t scale_bytes = (w.cols / w.group_size) * (w.scale_dtype == DType::F32 ? 4 : 2);
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* row[S];
+    RowGroups rg[S];
+    for (size_t s = 0; s < S; ++s) {
+      row[s] = row_ptr(w, first[s] + i);
+      rg[s] = RowGroups(w, first[s] + i);
+      if (i + ahead_rows < count) {
+        const std::byte* scales = RowGroups(w, first[s] + i + ahead_rows).scales;
+        for (int64_t off = 0; off < scale_bytes; off += 64) prefetch_l2(scales + off);
+      }
+    }
+    V total[S];
+    for (size_t s = 0; s < S; ++s) total[s] = Tr::zero();
+    for (int64_t b = 0; b < nblocks; ++b) {
+      const int16_t* xb = x + b * B;
+      for (size_t s = 0; s < S; ++s) {
+        const uint8_t* p = row[s] + b * 32;
+        if ((b & 1) == 0 && p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
+        const VI v = Tr::load_block(p);
+        VI a0 = Tr::load_i(negsum + b * 8), a1 = Tr::izero();
+        a0 = Tr::dot_i16(a0, Tr::nibble16(v, 0), Tr::load_block(xb));
+        a1 = Tr::dot_i16(a1, Tr::nibble16(v, 1), Tr::load_block(xb + 16));
+        a0 = Tr::dot_i16(a0, Tr::nibble16(v, 2), Tr::load_block(xb + 32));
+        a1 = Tr::dot_i16(a1, Tr::nibble16(v, 3), Tr::load_block(xb + 48));
+        const V scales = Tr::mul(Tr::scale_pair(rg[s], 2 * b, 2), Tr::set1(xscale[b]));
+        total[s] = Tr::fma(Tr::cvt(Tr::iadd(a0, a1)), scales, total[s]);
+      }
+    }
+    for (size_t s = 0; s < S; ++s) y[first[s] + i] = Tr::reduce(total[s]);
+  }
+}
+
+// Whether int4_i16_words8_runs takes w: one token of 16-bit activations over a streamed matrix
+// with groups of 32 and whole blocks of 64 inputs.
+inline bool int4_i16_words8_stream_applies(const WeightMatrix& w, const QuantInput& in) {
+  return in.n == 1 && w.act_quant == ActivationQuant::Bf16 && is_streamed(w) && w.group_size == 32 &&
+         w.cols % word16_block(8) == 0;
 }
 
 // Int4Group x int16 activations on 16 lanes (AVX-512; int4_word16_layout): the 64-byte blocks of
@@ -900,10 +960,17 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
+  // A streamed one-token product of the int16 kernel over every real shape: in two runs.
+  if constexpr (Tr::kLanes == 8) {
+    if (int4_i16_words8_stream_applies(w, in))
+      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) { int4_i16_words8_runs<Tr>(w, in, y, first, count); });
+  }
   if constexpr (Tr::kLanes == 16) {
     if (const int window = int4_i16_words16_stream_window(w, in)) {
-      if (window == 4) return int4_i16_words16_stream<Tr, 4>(w, in, y, r0, r1);
-      return int4_i16_words16_stream<Tr, 8>(w, in, y, r0, r1);
+      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) {
+        if (window == 4) return int4_i16_words16_runs<Tr, 4>(w, in, y, first, count);
+        return int4_i16_words16_runs<Tr, 8>(w, in, y, first, count);
+      });
     }
   }
   if (in.n == 1 && is_streamed(w)) {

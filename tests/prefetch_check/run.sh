@@ -22,6 +22,7 @@ patterns=(
   'int4_i16_words16_tile<[^,]*QuantTraits<(true|false)(, (true|false))?>, 1, 1,' # W4A16, int16 act. (AVX-512)
   'int4_i16_words16_runs<[^,]*QuantTraits<(true|false)(, (true|false))?>, '      # ... its streamed decode
   'int4_i16_words8_tile<[^,]*QuantTraits<(true|false)>, 1, 1,'                   # W4A16, int16 act. (AVX2)
+  'int4_i16_words8_runs<[^,]*QuantTraits<(true|false)>, '                         # ... its streamed decode
   'int4_f32_words_tile<[^,]*QuantTraits<(true|false)(, (true|false))?>, 1, 1,'   # W4A16, f32 act. (AVX-512)
   'dot_tile<[^,]*::Avx(2|512)Traits, [^,]*, 1, 1, [0-9]+, true>' # float GEMV
   '::tile<1, 1, (0|32|64)>'                                     # W4A16, AVX512_BF16
