@@ -398,18 +398,49 @@ void int4_i16_words8_tile(const QuantCtx& c, float* y) {
     for (int r = 0; r < R; ++r) y[(c.t0 + t) * w.rows + c.r0 + r] = Tr::reduce(total[r][t]);
 }
 
-// One token over S runs of `count` rows, run s from row first[s], of a streamed
-// int4_word16_layout matrix with groups of 32 or 64 and whole scale windows (every real shape;
-// int4_i16_words16_stream_window): the runs' rows side by side, each run one stream prefetched
-// kStreamAheadBytes ahead, with int4_i16_words16_tile's arithmetic and none of its per-row set-up.
+// The rows of a streamed one-token product taken as S runs of `count` rows, run s from row
+// first[s] (int4_i16_words16_runs, int4_i16_words8_runs), each run one stream: each run's row i
+// and its groups, the prefetch of the scales of the row stream_ahead_rows further (a second,
+// short stream per run, kept in a separate array), and of the weights kStreamAheadBytes ahead up
+// to the run's end.
+template <size_t S>
+struct StreamRuns {
+  const WeightMatrix& w;
+  const std::array<int64_t, S>& first;
+  int64_t count, ahead_rows, scale_bytes;
+  const uint8_t* end[S];
+
+  StreamRuns(const WeightMatrix& m, const std::array<int64_t, S>& f, int64_t n, int64_t row_bytes)
+      : w(m), first(f), count(n), ahead_rows(stream_ahead_rows(row_bytes)),
+        scale_bytes((m.cols / m.group_size) * (m.scale_dtype == DType::F32 ? 4 : 2)) {
+    for (size_t s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
+  }
+  void locate(int64_t i, const uint8_t* (&row)[S], RowGroups (&rg)[S]) const {
+    for (size_t s = 0; s < S; ++s) {
+      row[s] = row_ptr(w, first[s] + i);
+      rg[s] = RowGroups(w, first[s] + i);
+      if (i + ahead_rows < count) {
+        const std::byte* scales = RowGroups(w, first[s] + i + ahead_rows).scales;
+        for (int64_t off = 0; off < scale_bytes; off += 64) prefetch_l2(scales + off);
+      }
+    }
+  }
+  void prefetch(size_t s, const uint8_t* p) const {
+    if (p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
+  }
+};
+
+// One token over the StreamRuns of a streamed int4_word16_layout matrix with groups of 32 or 64
+// and whole scale windows (every real shape; int4_i16_words16_stream_window): the runs' rows side
+// by side with int4_i16_words16_tile's arithmetic and none of its per-row set-up.
 // kWindow blocks share one load of 16 scales, each block picks its lanes' scales with a constant
 // index, and its four VPDPWSSD form one chain from the lanes' -8 x sums. The tile's general loop
 // spent ~45 instructions a block, most of them scalar (window index, prefetch bounds, a pointer
 // per array): ~12 cycles a block against ~8 here. Out of line, once per call (and so that
 // tests/prefetch_check finds it by name).
 template <class Tr, int kWindow, size_t S>
-[[gnu::noinline]] void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y, const std::array<int64_t, S>& first,
-                           int64_t count) {
+[[gnu::noinline]] void int4_i16_words16_runs(const WeightMatrix& w, const QuantInput& in, float* y,
+                                             const std::array<int64_t, S>& first, int64_t count) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
   constexpr int64_t B = word16_block(16), kGroupsPerBlock = 16 / kWindow;
@@ -421,24 +452,12 @@ template <class Tr, int kWindow, size_t S>
   const int16_t* x = in.xw;
   const int32_t* negsum = in.negsum;
   const float* xscale = in.xwscale;
-  const int64_t nblocks = w.cols / B, row_bytes = nblocks * 64;
-  // Each run's end (prefetch_ahead's bound), and the row whose scales (a second, short stream per
-  // run) are prefetched while a row runs.
-  const uint8_t* end[S];
-  for (size_t s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
-  const int64_t ahead_rows = stream_ahead_rows(row_bytes);
-  const int64_t scale_bytes = (w.cols / w.group_size) * (w.scale_dtype == DType::F32 ? 4 : 2);
+  const int64_t nblocks = w.cols / B;
+  const StreamRuns<S> runs(w, first, count, nblocks * 64);
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* row[S];
     RowGroups rg[S];
-    for (size_t s = 0; s < S; ++s) {
-      row[s] = row_ptr(w, first[s] + i);
-      rg[s] = RowGroups(w, first[s] + i);
-      if (i + ahead_rows < count) {
-        const std::byte* scales = RowGroups(w, first[s] + i + ahead_rows).scales;
-        for (int64_t off = 0; off < scale_bytes; off += 64) prefetch_l2(scales + off);
-      }
-    }
+    runs.locate(i, row, rg);
     V total[S];
     for (size_t s = 0; s < S; ++s) total[s] = Tr::zero();
     for (int64_t b0 = 0; b0 < nblocks; b0 += kWindow) {
@@ -449,7 +468,7 @@ template <class Tr, int kWindow, size_t S>
         const int16_t* xb = x + b * B;
         for (size_t s = 0; s < S; ++s) {
           const uint8_t* p = row[s] + b * 64;
-          if (p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
+          runs.prefetch(s, p);
           const VI v = Tr::load_block(p);
           VI a = Tr::load_i(negsum + b * 16);
           a = Tr::dot_i16(a, Tr::nibble16(v, 0), Tr::load_block(xb));
@@ -490,40 +509,30 @@ inline int int4_i16_words16_stream_window(const WeightMatrix& w, const QuantInpu
 
 // int4_i16_words16_runs on 8 lanes (AVX2; int4_word16_layout) for groups of 32 over whole blocks
 // of 64 inputs (every real shape; int4_i16_words8_stream_applies): int4_i16_words8_tile's
-// arithmetic, the runs' rows side by side, each run one stream, the set-up once per call; out of
-// line as that one.
+// arithmetic over the StreamRuns' rows side by side, the set-up once per call; out of line as
+// that one.
 template <class Tr, size_t S>
-[[gnu::noinline]] void int4_i16_words8_runs(const WeightMatrix& w, const QuantInput& in, float* y, const std::array<int64_t, S>& first,
-                          int64_t count) {
+[[gnu::noinline]] void int4_i16_words8_runs(const WeightMatrix& w, const QuantInput& in, float* y,
+                                            const std::array<int64_t, S>& first, int64_t count) {
   using V = typename Tr::V;
   using VI = typename Tr::VI;
   constexpr int64_t B = word16_block(8);
   const int16_t* x = in.xw;
   const int32_t* negsum = in.negsum;
   const float* xscale = in.xwscale;
-  const int64_t nblocks = w.cols / B, row_bytes = nblocks * 32;
-  const uint8_t* end[S];
-  for (size_t s = 0; s < S; ++s) end[s] = row_ptr(w, first[s] + count);
-  const int64_t ahead_rows = stream_ahead_rows(row_bytes);
-  const int64_t scale_bytes = (w.cols / w.group_size) * (w.scale_dtype == DType::F32 ? 4 : 2);
+  const int64_t nblocks = w.cols / B;
+  const StreamRuns<S> runs(w, first, count, nblocks * 32);
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* row[S];
     RowGroups rg[S];
-    for (size_t s = 0; s < S; ++s) {
-      row[s] = row_ptr(w, first[s] + i);
-      rg[s] = RowGroups(w, first[s] + i);
-      if (i + ahead_rows < count) {
-        const std::byte* scales = RowGroups(w, first[s] + i + ahead_rows).scales;
-        for (int64_t off = 0; off < scale_bytes; off += 64) prefetch_l2(scales + off);
-      }
-    }
+    runs.locate(i, row, rg);
     V total[S];
     for (size_t s = 0; s < S; ++s) total[s] = Tr::zero();
     for (int64_t b = 0; b < nblocks; ++b) {
       const int16_t* xb = x + b * B;
       for (size_t s = 0; s < S; ++s) {
         const uint8_t* p = row[s] + b * 32;
-        if ((b & 1) == 0 && p + kStreamAheadBytes < end[s]) prefetch_l1(p + kStreamAheadBytes);
+        if ((b & 1) == 0) runs.prefetch(s, p);
         const VI v = Tr::load_block(p);
         VI a0 = Tr::load_i(negsum + b * 8), a1 = Tr::izero();
         a0 = Tr::dot_i16(a0, Tr::nibble16(v, 0), Tr::load_block(xb));
@@ -963,7 +972,9 @@ void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, in
   // A streamed one-token product of the int16 kernel over every real shape: in two runs.
   if constexpr (Tr::kLanes == 8) {
     if (int4_i16_words8_stream_applies(w, in))
-      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) { int4_i16_words8_runs<Tr>(w, in, y, first, count); });
+      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) {
+        int4_i16_words8_runs<Tr>(w, in, y, first, count);
+      });
   }
   if constexpr (Tr::kLanes == 16) {
     if (const int window = int4_i16_words16_stream_window(w, in)) {
