@@ -388,6 +388,40 @@ TEST_P(QuantKernelsIsa, Int4Int16Activations) {
   for (const float v : run_variant(pool, GetParam(), q, x, 1)) EXPECT_TRUE(std::isnan(v)) << v;
 }
 
+// A streamed one-token product of the int16 kernel reads a thread's rows as one run or as two side
+// by side (QuantInput::stream_runs; prepare_input picks by CPU vendor): both give every row the
+// same bits, for ranges split as threads split them (odd lengths end in a lone row), and match the
+// reference.
+TEST_P(QuantKernelsIsa, Int16StreamRunsAgree) {
+  const kernels::QuantKernelTable& k = kernels::quant_kernels_for(GetParam());
+  if (k.lanes == 0) GTEST_SKIP() << "the scalar reference: no int16 layout";
+  ThreadPool pool(1);
+  Rng rng(71);
+  for (const QuantCase& c : {QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::BF16, false, 301, 7168, 32},
+                             QuantCase{WeightFormat::Int4Group, ActivationQuant::Bf16, DType::F32, false, 599, 4096, 64}}) {
+    const QuantWeights q = make_quant(c, rng);
+    ASSERT_GE(q.matrix().bytes(), size_t(1) << 20) << describe(c, 1);
+    const std::vector<float> x = random_x(c.cols, rng);
+    kernels::PreparedInput p;
+    kernels::prepare_input(pool, k, q.matrix(), x.data(), 1, p);
+    std::vector<float> y[2];
+    for (const int runs : {1, 2}) {
+      p.in.stream_runs = runs;
+      y[runs - 1].assign(size_t(c.rows), std::numeric_limits<float>::quiet_NaN());
+      const int64_t cuts[] = {0, 150, 151, 300, c.rows};
+      for (size_t i = 0; i + 1 < std::size(cuts); ++i)
+        k.matmul_rows(q.matrix(), p.in, y[runs - 1].data(), cuts[i], cuts[i + 1]);
+    }
+    std::vector<double> mag;
+    const std::vector<double> want = reference(q, x, 1, mag, kernels::word16_block(k.lanes));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      ASSERT_EQ(std::memcmp(&y[0][size_t(r)], &y[1][size_t(r)], sizeof(float)), 0)
+          << describe(c, 1) << " row " << r << ": " << y[0][size_t(r)] << " in one run, " << y[1][size_t(r)] << " in two";
+      ASSERT_NEAR(y[0][size_t(r)], want[size_t(r)], 1e-5 * mag[size_t(r)] + 1e-6) << describe(c, 1) << " row " << r;
+    }
+  }
+}
+
 // int4 x int8 at the extremes of the emulated dot products (nibbles 15 and 0, |x| quantised to
 // 127 everywhere, one sign or alternating), where pair sums added in int16 are largest.
 TEST_P(QuantKernelsIsa, Int4Int8ExtremeProducts) {

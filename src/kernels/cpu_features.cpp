@@ -43,6 +43,7 @@ CpuFeatures detect() {
   f.avx512_vnni = __builtin_cpu_supports("avx512vnni");
   f.avx512_vbmi = __builtin_cpu_supports("avx512vbmi");
   f.avx_vnni = __builtin_cpu_supports("avxvnni");
+  f.intel = __builtin_cpu_is("intel");
 #endif
   return f;
 }

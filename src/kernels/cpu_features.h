@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512_bf16 = false, avx512_vnni = false, avx512_vbmi = false, avx_vnni = false;
+  bool intel = false;  // the vendor: some memory-side rules differ (kernels/streaming.h)
 };
 
 const CpuFeatures& cpu_features();  // detected once (and capped), immutable afterwards

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "kernels/quant_kernels.h"
 #include "kernels/quantize.h"
+#include "kernels/streaming.h"
 
 namespace kimi::kernels {
 
@@ -156,6 +157,7 @@ void prepare_input(ThreadPool& pool, const QuantKernelTable& k, const WeightMatr
     in.xw = out.xw.data();
     in.xwscale = out.xwscale.data();
     in.negsum = out.negsum.data();
+    in.stream_runs = int4_stream_runs();
     return;
   }
   if (w.act_quant == ActivationQuant::Bf16)  // matmul.cpp rounds them for every other variant

@@ -483,13 +483,12 @@ template <class Tr, int kWindow, size_t S>
   }
 }
 
-// Rows r0 .. r1 as two runs, the first and the second half of the range, side by side
-// (runs(first, count) with first an array of 2, then of 1 for an odd last row): one stream per
-// core left the int16 kernel at ~21 GB/s on Emerald Rapids where the BF16 GEMV (multi-row tiles)
-// reads 27-30; two took 0.84-0.91x the time of one over a decode's routed experts
-// (bench/results/2026-12-08-int16-stream-and-vbmi.md).
+// Rows r0 .. r1 as `count` runs (int4_stream_runs(), streaming.h: why): one, or two, the first
+// and the second half of the range side by side (runs(first, count) with first an array of 2,
+// then of 1 for an odd last row).
 template <class Runs>
-void in_two_runs(int64_t r0, int64_t r1, Runs&& runs) {
+void in_runs(int count, int64_t r0, int64_t r1, Runs&& runs) {
+  if (count != 2) return runs(std::array<int64_t, 1>{r0}, r1 - r0);
   const int64_t half = (r1 - r0) / 2;
   if (half > 0) runs(std::array<int64_t, 2>{r0, r0 + half}, half);
   if (r0 + 2 * half < r1) runs(std::array<int64_t, 1>{r1 - 1}, int64_t(1));
@@ -969,16 +968,16 @@ void run_q_tile(int rows, int tokens, const QuantCtx& c, float* y) {
 
 template <class Tr>
 void quant_matmul_rows(const WeightMatrix& w, const QuantInput& in, float* y, int64_t r0, int64_t r1) {
-  // A streamed one-token product of the int16 kernel over every real shape: in two runs.
+  // A streamed one-token product of the int16 kernel over every real shape: in runs (in_runs).
   if constexpr (Tr::kLanes == 8) {
     if (int4_i16_words8_stream_applies(w, in))
-      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) {
+      return in_runs(in.stream_runs, r0, r1, [&](const auto& first, int64_t count) {
         int4_i16_words8_runs<Tr>(w, in, y, first, count);
       });
   }
   if constexpr (Tr::kLanes == 16) {
     if (const int window = int4_i16_words16_stream_window(w, in)) {
-      return in_two_runs(r0, r1, [&](const auto& first, int64_t count) {
+      return in_runs(in.stream_runs, r0, r1, [&](const auto& first, int64_t count) {
         if (window == 4) return int4_i16_words16_runs<Tr, 4>(w, in, y, first, count);
         return int4_i16_words16_runs<Tr, 8>(w, in, y, first, count);
       });

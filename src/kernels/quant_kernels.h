@@ -55,6 +55,9 @@ struct QuantInput {
   int64_t ldxw = 0;
   const float* xwscale = nullptr;
   int64_t ldxws = 0;
+  // A streamed one-token product on those: how many runs of a thread's rows are read side by side
+  // (1 or 2: int4_stream_runs(), streaming.h).
+  int stream_runs = 1;
 };
 
 struct QuantKernelTable {

@@ -29,4 +29,13 @@ constexpr int64_t stream_ahead_rows(int64_t row_bytes) {
   return kStreamAheadBytes / (row_bytes > 0 ? row_bytes : 1) + 1;
 }
 
+// As how many runs side by side, each its own stream, a thread reads its rows of a streamed
+// one-token product of the int16 INT4 kernel (quant_generic.h: in_runs; QuantInput::stream_runs):
+// 2 on Intel, where one stream a core read ~21 GB/s against the BF16 GEMV's 27-30 and two took
+// 0.84-0.91x the time over a decode's routed experts (Emerald Rapids,
+// bench/results/2026-12-08-int16-stream-and-vbmi.md); 1 elsewhere: on Zen 5 one sequential stream
+// was the fastest way to load INT4 rows, four long streams a core read 0.55-0.6x its rate
+// (bench/results/2026-12-06-int4-one-row-stream.md), and two were not measured there.
+int int4_stream_runs();
+
 }  // namespace kimi::kernels
