@@ -483,12 +483,12 @@ template <class Tr, int kWindow, size_t S>
   }
 }
 
-// Rows r0 .. r1 as `count` runs (int4_stream_runs(), streaming.h: why): one, or two, the first
+// Rows r0 .. r1 as `nruns` runs (int4_stream_runs(), streaming.h: why): one, or two, the first
 // and the second half of the range side by side (runs(first, count) with first an array of 2,
 // then of 1 for an odd last row).
 template <class Runs>
-void in_runs(int count, int64_t r0, int64_t r1, Runs&& runs) {
-  if (count != 2) return runs(std::array<int64_t, 1>{r0}, r1 - r0);
+void in_runs(int nruns, int64_t r0, int64_t r1, Runs&& runs) {
+  if (nruns != 2) return runs(std::array<int64_t, 1>{r0}, r1 - r0);
   const int64_t half = (r1 - r0) / 2;
   if (half > 0) runs(std::array<int64_t, 2>{r0, r0 + half}, half);
   if (r0 + 2 * half < r1) runs(std::array<int64_t, 1>{r1 - 1}, int64_t(1));
